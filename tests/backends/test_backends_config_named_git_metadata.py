@@ -347,3 +347,66 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
     done = persons_git(tmp_path, wt, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "rel", "runs"),
+    [
+        # ``git archive --format=tgz`` pipes the tar through ``tar.tgz.command``.
+        ((("tar.tgz.command", "tools/gz.sh"),), "tools/gz.sh", ("archive", "--format=tgz", "HEAD")),
+        # Signing with ssh and no key set asks ``gpg.ssh.defaultKeyCommand`` for one.
+        (
+            (("gpg.format", "ssh"), ("gpg.ssh.defaultKeyCommand", "sh scripts/key.sh")),
+            "scripts/key.sh",
+            ("commit", "-q", "-S", "--allow-empty", "-m", "signed"),
+        ),
+        # git 2.54's configured hooks (``hook.<name>.command``): this machine's git may be older.
+        (
+            (("hook.lint.event", "pre-commit"), ("hook.lint.command", "ci/lint.sh")),
+            "ci/lint.sh",
+            (),
+        ),
+    ],
+    ids=["tar-command", "ssh-default-key-command", "configured-hook"],
+)
+async def test_a_program_named_by_any_command_setting_is_never_written(
+    settings: tuple[tuple[str, str], ...],
+    rel: str,
+    runs: tuple[str, ...],
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """Settings git runs beyond a fixed list of keys (``tar.<format>.command``,
+    ``gpg.ssh.defaultKeyCommand``, ``hook.<name>.command``, ``sendemail.toCmd``, ...) name
+    programs too: with ``tar.tgz.command = tools/gz.sh`` the agent's ``write_file
+    tools/gz.sh`` ran in the person's next ``git archive --format=tgz``. The file tools and a
+    shell command's change set are refused; the person's git runs nothing."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "i").returncode == 0
+    for key, value in settings:
+        assert persons_git(tmp_path, repo, "config", key, value).returncode == 0
+    own_all_like_workspace(workspace)
+    marker = tmp_path / "pwned"
+    program = f"#!/bin/sh\ntouch {marker}\ncat\n"
+    async with create_kernel(
+        roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
+    ) as k:
+        outcome = await k.invoke("write_file", {"path": f"repo/{rel}", "content": program})
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        assert "so git reads it" in outcome.error.message, outcome.error.message
+        shell = await k.invoke(
+            "run_shell",
+            {
+                "command": f"mkdir -p repo/{rel.rpartition('/')[0]}; "
+                f"printf '#!/bin/sh\\ntouch {marker}\\ncat\\n' > repo/{rel}; chmod +x repo/{rel}"
+            },
+        )
+        assert shell.error is not None and shell.error.code == "git_metadata", shell
+        fine = await k.invoke("write_file", {"path": "repo/lib/new.sh", "content": "echo\n"})
+        assert fine.error is None, fine.error
+    assert not (repo / rel).exists()
+    if runs:
+        persons_git(tmp_path, repo, *runs)  # may fail (no tool, no key): it must run nothing
+    assert not marker.exists()

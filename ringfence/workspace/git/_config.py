@@ -41,7 +41,12 @@ from typing import NamedTuple
 
 from ...runtime._errors import InvalidArguments
 
-__all__ = ["git_config_files", "git_config_names", "refuse_git_config_inside_roots"]
+__all__ = [
+    "git_config_files",
+    "git_config_names",
+    "refuse_git_config_inside_roots",
+    "runs_a_command",
+]
 
 # git follows includes this deep (its MAX_INCLUDE_DEPTH), and reads a file whole; a person's
 # configuration larger than this is read this far (what lies past it is not followed).
@@ -366,16 +371,33 @@ _PROGRAM_KEYS = frozenset(
         ("sendemail", "sendmailcmd"),
         ("sendemail", "smtpserver"),
         ("submodule", "update"),
+        ("instaweb", "httpd"),
+        ("instaweb", "browser"),
     }
 )
 _PROGRAM_SECTIONS = frozenset({"alias", "pager"})
+# git names most settings it runs by what they are, and adds such settings with new versions:
+# ``hook.<name>.command`` (git 2.54's configured hooks), ``tar.<format>.command`` (``git
+# archive``), ``gpg.ssh.defaultKeyCommand``, ``core.alternateRefsCommand``,
+# ``sendemail.toCmd``/``ccCmd``/``headerCmd``, ``uploadpack.packObjectsHook``, ``guitool.*.cmd``.
+# A key ending so is a command whatever its section (a list of keys missed ``tar.tgz.command``:
+# the agent's ``tools/gz.sh`` ran in the person's ``git archive --format=tgz``); ``advice.*``
+# are booleans (``advice.ignoredHook``).
+_PROGRAM_KEY_ENDINGS = ("command", "cmd", "program", "hook", "helper")
+
+
+def runs_a_command(section: str, key: str) -> bool:
+    """Does git run the value of ``section.<any>.key`` (lower-cased) as a command or program?"""
+    if (section, key) in _PROGRAM_KEYS or section in _PROGRAM_SECTIONS:
+        return True
+    return section != "advice" and key.endswith(_PROGRAM_KEY_ENDINGS)
 
 
 class Settings(NamedTuple):
     """What a configuration file names, as written (unexpanded): the files it includes
     (``include.path``, ``includeIf.<condition>.path`` whatever the condition: the safe side),
     its ``core.hooksPath`` and ``core.worktree`` values, and the words of the commands it has
-    git run (each word of each value of :data:`_PROGRAM_KEYS`, an alias's ``!`` dropped)."""
+    git run (each word of each value :func:`runs_a_command`, an alias's ``!`` dropped)."""
 
     includes: list[str]
     hooks: list[str]
@@ -395,7 +417,7 @@ def repository_settings(text: str) -> Settings:
             found.hooks.append(value)
         elif section == "core" and key == "worktree":
             found.worktrees.append(value)
-        if (section, key) in _PROGRAM_KEYS or section in _PROGRAM_SECTIONS:
+        if runs_a_command(section, key):
             found.programs.extend(_words(value.removeprefix("!")))
     return found
 
