@@ -366,8 +366,15 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
             "ci/lint.sh",
             (),
         ),
+        # A path attached to an option: ssh reads ``-Fconfig/ssh_config`` and runs its
+        # ``ProxyCommand`` (the word ``-Fconfig/ssh_config`` was taken for the path).
+        (
+            (("core.sshCommand", "ssh -Fconfig/ssh_config"),),
+            "config/ssh_config",
+            ("fetch", "-q", "ssh://127.0.0.1:1/x"),
+        ),
     ],
-    ids=["tar-command", "ssh-default-key-command", "configured-hook"],
+    ids=["tar-command", "ssh-default-key-command", "configured-hook", "attached-option"],
 )
 async def test_a_program_named_by_any_command_setting_is_never_written(
     settings: tuple[tuple[str, str], ...],
@@ -379,8 +386,9 @@ async def test_a_program_named_by_any_command_setting_is_never_written(
     """Settings git runs beyond a fixed list of keys (``tar.<format>.command``,
     ``gpg.ssh.defaultKeyCommand``, ``hook.<name>.command``, ``sendemail.toCmd``, ...) name
     programs too: with ``tar.tgz.command = tools/gz.sh`` the agent's ``write_file
-    tools/gz.sh`` ran in the person's next ``git archive --format=tgz``. The file tools and a
-    shell command's change set are refused; the person's git runs nothing."""
+    tools/gz.sh`` ran in the person's next ``git archive --format=tgz``; so does a path
+    attached to an option (``ssh -Fconfig/ssh_config``). The file tools and a shell command's
+    change set are refused; the person's git runs nothing."""
     repo = workspace / "repo"
     repo.mkdir()
     assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
@@ -389,7 +397,11 @@ async def test_a_program_named_by_any_command_setting_is_never_written(
         assert persons_git(tmp_path, repo, "config", key, value).returncode == 0
     own_all_like_workspace(workspace)
     marker = tmp_path / "pwned"
-    program = f"#!/bin/sh\ntouch {marker}\ncat\n"
+    # A program; for ssh, a configuration whose ProxyCommand runs the same.
+    if rel.endswith("ssh_config"):
+        program = f"Host *\n  ProxyCommand touch {marker}\n"
+    else:
+        program = f"#!/bin/sh\ntouch {marker}\ncat\n"
     async with create_kernel(
         roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
     ) as k:
@@ -400,7 +412,7 @@ async def test_a_program_named_by_any_command_setting_is_never_written(
             "run_shell",
             {
                 "command": f"mkdir -p repo/{rel.rpartition('/')[0]}; "
-                f"printf '#!/bin/sh\\ntouch {marker}\\ncat\\n' > repo/{rel}; chmod +x repo/{rel}"
+                f"cat > repo/{rel} <<'EOF'\n{program}EOF\nchmod +x repo/{rel}"
             },
         )
         assert shell.error is not None and shell.error.code == "git_metadata", shell

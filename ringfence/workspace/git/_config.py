@@ -435,9 +435,23 @@ def _words(command: str, depth: int = 0) -> list[str]:
     out: list[str] = []
     for word in words:
         out.append(word)
+        out.extend(_attached(word))
         if depth < 4 and any(ch in word for ch in " \t\n"):
             out.extend(_words(word, depth + 1))
     return out
+
+
+def _attached(word: str) -> list[str]:
+    """The paths a program may read from one word beyond the word itself: a short option's
+    attached value (``ssh -Fconfig/ssh_config``), what follows each ``=``, ``:`` or ``,``
+    (``--rcfile=tools/rc``, ``PYTHONPATH=tools:lib``). ``core.sshCommand = ssh
+    -Fconfig/ssh_config`` read the agent's ``config/ssh_config``, whose ``ProxyCommand`` the
+    person's ``git fetch`` ran, while only the whole word was taken for a path."""
+    found: list[str] = []
+    if len(word) > 2 and word[0] == "-" and word[1].isalpha():
+        found.append(word[2:])
+    found += [word[i + 1 :] for i, ch in enumerate(word) if ch in "=:," and i + 1 < len(word)]
+    return found
 
 
 def person_settings(env: Mapping[str, str]) -> Settings:
