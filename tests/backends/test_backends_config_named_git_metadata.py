@@ -422,3 +422,49 @@ async def test_a_program_named_by_any_command_setting_is_never_written(
     if runs:
         persons_git(tmp_path, repo, *runs)  # may fail (no tool, no key): it must run nothing
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("earlier", ["write_file", "run_shell"])
+@pytest.mark.parametrize("change", ["git-config", "appended", "hook-link"])
+async def test_what_the_person_configures_during_a_session_holds_the_next_write(
+    earlier: str, change: str, workspace: Path, tmp_path: Path
+) -> None:
+    """The person changes the repository while a session runs (``git config include.path
+    ../local.gitconfig``, a line appended to ``.git/config``, a hook linked to
+    ``../../scripts/pre-commit``). The file tools judged their next write by the scan of an
+    earlier write or command, which named nothing: ``write_file local.gitconfig`` with
+    ``core.fsmonitor`` was written and run by the person's next ``git status``."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    (repo / "scripts").mkdir()
+    own_all_like_workspace(workspace)
+    marker = tmp_path / "pwned"
+    async with create_kernel(
+        roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
+    ) as k:
+        if earlier == "write_file":
+            first = await k.invoke("write_file", {"path": "repo/a.txt", "content": "a\n"})
+        else:
+            first = await k.invoke("run_shell", {"command": "echo a > repo/a.txt"})
+        assert first.error is None, first.error
+        if change == "git-config":
+            done = persons_git(tmp_path, repo, "config", "include.path", "../local.gitconfig")
+            assert done.returncode == 0, done.stderr
+        elif change == "appended":
+            with (repo / ".git" / "config").open("a") as config:
+                config.write("[include]\n\tpath = ../local.gitconfig\n")
+        else:
+            (repo / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+        rel = "scripts/pre-commit" if change == "hook-link" else "local.gitconfig"
+        outcome = await k.invoke(
+            "write_file",
+            {"path": f"repo/{rel}", "content": FSMONITOR.format(marker=marker)},
+        )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        fine = await k.invoke("write_file", {"path": "repo/b.txt", "content": "b\n"})
+        assert fine.error is None, fine.error
+    assert not (repo / rel).exists()
+    status = persons_git(tmp_path, repo, "status", "--short")
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()
