@@ -468,3 +468,67 @@ async def test_what_the_person_configures_during_a_session_holds_the_next_write(
     status = persons_git(tmp_path, repo, "status", "--short")
     assert status.returncode == 0, status.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "writer"),
+    [
+        ("include.path", "write_file"),
+        ("include.path", "run_shell --no-change-sets"),
+        ("core.hooksPath", "run_shell"),
+        ("core.fsmonitor", "run_shell"),
+    ],
+)
+async def test_what_the_persons_own_configuration_names_in_a_root_during_a_session_is_never_written(
+    setting: str, writer: str, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose roots hold a file the person's global configuration includes (or its
+    hooks directory) is refused when it starts; the person naming one while it runs (``git
+    config --global include.path ~/proj/team.gitconfig``) went unseen: the agent's
+    ``team.gitconfig`` with ``core.fsmonitor`` ran in the person's ``git status`` in every
+    repository, and a hook in that hooks directory in every ``git commit``. A program the
+    person's configuration names by its path in a root (``core.fsmonitor = ~/proj/fsmon.sh``)
+    was held only while a repository lay in the roots."""
+    home = tmp_path / "githome"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert persons_git(tmp_path, other, "init", "-q", "-b", "main").returncode == 0
+    marker = tmp_path / "pwned"
+    if setting == "include.path":
+        value, rel, content = str(workspace / "team.gitconfig"), "team.gitconfig", FSMONITOR
+    elif setting == "core.hooksPath":
+        value, rel, content = str(workspace / "hooks"), "hooks/pre-commit", HOOK
+    else:  # a program by its path in the root: no repository lies in the roots
+        value, rel, content = str(workspace / "fsmon.sh"), "fsmon.sh", HOOK
+    content = content.format(marker=marker)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        change_sets=writer != "run_shell --no-change-sets",
+        events_path=tmp_path / "ev.jsonl",
+    ) as k:
+        first = await k.invoke("write_file", {"path": "a.txt", "content": "a\n"})
+        assert first.error is None, first.error
+        done = persons_git(tmp_path, other, "config", "--global", setting, value)
+        assert done.returncode == 0, done.stderr
+        if writer == "write_file":
+            outcome = await k.invoke("write_file", {"path": rel, "content": content})
+        else:
+            outcome = await k.invoke(
+                "run_shell",
+                {
+                    "command": f"mkdir -p {Path(rel).parent}; cat > {rel} <<'EOF'\n{content}EOF\n"
+                    f"chmod +x {rel}; echo b > b.txt"
+                },
+            )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert not (workspace / rel).exists()
+    status = persons_git(tmp_path, other, "status", "--short")
+    assert status.returncode == 0, status.stderr
+    done = persons_git(tmp_path, other, "commit", "-q", "--allow-empty", "-m", "person")
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

@@ -28,6 +28,8 @@ from typing import NamedTuple
 from ..git._config import (
     Settings,
     expand_config_path,
+    git_config_files,
+    git_config_names,
     person_settings,
     read_config_text,
     repository_settings,
@@ -135,7 +137,37 @@ def names_places(
         ):
             return True
         configs = True
+    if any(_inside(os.path.realpath(place), roots) for place, _ in _person_places(env)):
+        return True
     return configs and _names_anything(_person(env), roots, env)
+
+
+def _inside(real: str, roots: Sequence[str]) -> bool:
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _person_places(env: Mapping[str, str]) -> list[tuple[str, ConfigNamed]]:
+    """The person's own configuration files (global, system), the files they include and
+    their absolute ``core.hooksPath`` directories: git reads and runs what lies there in
+    every repository. A session whose roots hold one is refused when it starts
+    (:func:`..git._config.refuse_git_config_inside_roots`); one the person names while it
+    runs (``git config --global include.path ~/proj/team.gitconfig``) is git metadata from
+    then on, by every writer."""
+    out: list[tuple[str, ConfigNamed]] = []
+    for base in git_config_files(env):
+        files, hooks = git_config_names(base, env)
+        out.append((str(base), ConfigNamed.of(str(base), "person's configuration")))
+        out += [(str(f), ConfigNamed.of(str(base), "include.path")) for f in files]
+        out += [(str(h), ConfigNamed.of(str(base), "core.hooksPath")) for h in hooks]
+        # A command's word that is an absolute path (``core.fsmonitor = ~/proj/fsmon.sh``)
+        # runs there in every repository, whether or not one lies in the roots.
+        for file in (base, *files):
+            for word in repository_settings(read_config_text(file)).programs:
+                path = expand_config_path(word, env)
+                # (A directory runs nothing: ``!cd ~/proj && make`` holds no ``~/proj``.)
+                if path is not None and path.startswith("/") and not os.path.isdir(path):
+                    out.append((path, ConfigNamed.of(str(file), "command setting")))
+    return [(p, named) for p, named in out if "\0" not in p]
 
 
 def _changed(view: TreeView, index: int, rel: str, entry: MetaEntry) -> bool:
@@ -221,7 +253,7 @@ def config_named(
                 return found
 
             out += _config_places(config, view, env, person, above)
-    return out
+    return out + _person_places(env)
 
 
 def _config_places(
