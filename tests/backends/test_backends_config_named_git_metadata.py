@@ -373,8 +373,10 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
             "config/ssh_config",
             ("fetch", "-q", "ssh://127.0.0.1:1/x"),
         ),
+        # git-lfs runs a custom transfer agent's program from git's configuration.
+        ((("lfs.customtransfer.t.path", "tools/transfer"),), "tools/transfer", ()),
     ],
-    ids=["tar-command", "ssh-default-key-command", "configured-hook", "attached-option"],
+    ids=["tar-command", "ssh-default-key-command", "configured-hook", "attached-option", "lfs"],
 )
 async def test_a_program_named_by_any_command_setting_is_never_written(
     settings: tuple[tuple[str, str], ...],

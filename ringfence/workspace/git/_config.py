@@ -373,6 +373,12 @@ _PROGRAM_KEYS = frozenset(
         ("submodule", "update"),
         ("instaweb", "httpd"),
         ("instaweb", "browser"),
+        ("svn", "authorsprog"),
+        # git-lfs runs these from git's configuration: a custom transfer agent's program, an
+        # extension's filters.
+        ("lfs", "path"),
+        ("lfs", "clean"),
+        ("lfs", "smudge"),
     }
 )
 _PROGRAM_SECTIONS = frozenset({"alias", "pager"})
@@ -383,7 +389,7 @@ _PROGRAM_SECTIONS = frozenset({"alias", "pager"})
 # A key ending so is a command whatever its section (a list of keys missed ``tar.tgz.command``:
 # the agent's ``tools/gz.sh`` ran in the person's ``git archive --format=tgz``); ``advice.*``
 # are booleans (``advice.ignoredHook``).
-_PROGRAM_KEY_ENDINGS = ("command", "cmd", "program", "hook", "helper")
+_PROGRAM_KEY_ENDINGS = ("command", "cmd", "program", "hook", "helper", "editor")
 
 
 def runs_a_command(section: str, key: str) -> bool:
