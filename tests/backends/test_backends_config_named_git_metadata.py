@@ -375,8 +375,21 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
         ),
         # git-lfs runs a custom transfer agent's program from git's configuration.
         ((("lfs.customtransfer.t.path", "tools/transfer"),), "tools/transfer", ()),
+        # The top spelled by a command's output (``/scripts/lint.sh`` was taken for the path).
+        (
+            (("alias.lint", '!sh "$(git rev-parse --show-toplevel)/scripts/lint.sh"'),),
+            "scripts/lint.sh",
+            ("lint",),
+        ),
     ],
-    ids=["tar-command", "ssh-default-key-command", "configured-hook", "attached-option", "lfs"],
+    ids=[
+        "tar-command",
+        "ssh-default-key-command",
+        "configured-hook",
+        "attached-option",
+        "lfs",
+        "built-top",
+    ],
 )
 async def test_a_program_named_by_any_command_setting_is_never_written(
     settings: tuple[tuple[str, str], ...],

@@ -439,9 +439,12 @@ def _words(command: str, depth: int = 0) -> list[str]:
     except ValueError:
         words = command.split()
     out: list[str] = []
-    for word in words:
+    for at, word in enumerate(words):
         out.append(word)
         out.extend(_attached(word))
+        if word.startswith("/") and at and words[at - 1] == ")":
+            # ``$(git rev-parse --show-toplevel)/tools/x``: the worktree's top, most likely.
+            out.append(word.lstrip("/"))
         if depth < 4 and any(ch in word for ch in " \t\n"):
             out.extend(_words(word, depth + 1))
     return out
@@ -450,12 +453,19 @@ def _words(command: str, depth: int = 0) -> list[str]:
 def _attached(word: str) -> list[str]:
     """The paths a program may read from one word beyond the word itself: a short option's
     attached value (``ssh -Fconfig/ssh_config``), what follows each ``=``, ``:`` or ``,``
-    (``--rcfile=tools/rc``, ``PYTHONPATH=tools:lib``). ``core.sshCommand = ssh
+    (``--rcfile=tools/rc``, ``PYTHONPATH=tools:lib``), what follows a variable
+    (``$PWD/tools/x``). ``core.sshCommand = ssh
     -Fconfig/ssh_config`` read the agent's ``config/ssh_config``, whose ``ProxyCommand`` the
     person's ``git fetch`` ran, while only the whole word was taken for a path."""
     found: list[str] = []
     if len(word) > 2 and word[0] == "-" and word[1].isalpha():
         found.append(word[2:])
+    # A variable or a command's output before the first ``/`` (``$PWD/tools/x``,
+    # ``${TOP}/tools/x``, `` `git rev-parse --show-toplevel`/tools/x``) is taken for the
+    # worktree's top: what follows is a place there.
+    slash = word.find("/")
+    if slash > 0 and ("$" in word[:slash] or "`" in word[:slash]):
+        found.append(word[slash + 1 :])
     found += [word[i + 1 :] for i, ch in enumerate(word) if ch in "=:," and i + 1 < len(word)]
     return found
 
