@@ -164,8 +164,7 @@ def _person_places(env: Mapping[str, str]) -> list[tuple[str, ConfigNamed]]:
         for file in (base, *files):
             for word in repository_settings(read_config_text(file)).programs:
                 path = expand_config_path(word, env)
-                # (A directory runs nothing: ``!cd ~/proj && make`` holds no ``~/proj``.)
-                if path is not None and path.startswith("/") and not os.path.isdir(path):
+                if path is not None and path.startswith("/"):
                     out.append((path, ConfigNamed.of(str(file), "command setting")))
     return [(p, named) for p, named in out if "\0" not in p]
 
@@ -253,7 +252,14 @@ def config_named(
                 return found
 
             out += _config_places(config, view, env, person, above)
-    return out + _person_places(env)
+    for place, named in _person_places(env):
+        if named.setting == "command setting":
+            # A directory runs nothing: ``!cd ~/proj && make`` holds no ``~/proj``.
+            node = view.lstat(realpath(view, place)[0])
+            if node is not None and node.kind == "dir":
+                continue
+        out.append((place, named))
+    return out
 
 
 def _config_places(
