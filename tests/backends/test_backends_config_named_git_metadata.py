@@ -347,3 +347,203 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
     done = persons_git(tmp_path, wt, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "rel", "runs"),
+    [
+        # ``git archive --format=tgz`` pipes the tar through ``tar.tgz.command``.
+        ((("tar.tgz.command", "tools/gz.sh"),), "tools/gz.sh", ("archive", "--format=tgz", "HEAD")),
+        # Signing with ssh and no key set asks ``gpg.ssh.defaultKeyCommand`` for one.
+        (
+            (("gpg.format", "ssh"), ("gpg.ssh.defaultKeyCommand", "sh scripts/key.sh")),
+            "scripts/key.sh",
+            ("commit", "-q", "-S", "--allow-empty", "-m", "signed"),
+        ),
+        # git 2.54's configured hooks (``hook.<name>.command``): this machine's git may be older.
+        (
+            (("hook.lint.event", "pre-commit"), ("hook.lint.command", "ci/lint.sh")),
+            "ci/lint.sh",
+            (),
+        ),
+        # A path attached to an option: ssh reads ``-Fconfig/ssh_config`` and runs its
+        # ``ProxyCommand`` (the word ``-Fconfig/ssh_config`` was taken for the path).
+        (
+            (("core.sshCommand", "ssh -Fconfig/ssh_config"),),
+            "config/ssh_config",
+            ("fetch", "-q", "ssh://127.0.0.1:1/x"),
+        ),
+        # git-lfs runs a custom transfer agent's program from git's configuration.
+        ((("lfs.customtransfer.t.path", "tools/transfer"),), "tools/transfer", ()),
+        # The top spelled by a command's output (``/scripts/lint.sh`` was taken for the path).
+        (
+            (("alias.lint", '!sh "$(git rev-parse --show-toplevel)/scripts/lint.sh"'),),
+            "scripts/lint.sh",
+            ("lint",),
+        ),
+    ],
+    ids=[
+        "tar-command",
+        "ssh-default-key-command",
+        "configured-hook",
+        "attached-option",
+        "lfs",
+        "built-top",
+    ],
+)
+async def test_a_program_named_by_any_command_setting_is_never_written(
+    settings: tuple[tuple[str, str], ...],
+    rel: str,
+    runs: tuple[str, ...],
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """Settings git runs beyond a fixed list of keys (``tar.<format>.command``,
+    ``gpg.ssh.defaultKeyCommand``, ``hook.<name>.command``, ``sendemail.toCmd``, ...) name
+    programs too: with ``tar.tgz.command = tools/gz.sh`` the agent's ``write_file
+    tools/gz.sh`` ran in the person's next ``git archive --format=tgz``; so does a path
+    attached to an option (``ssh -Fconfig/ssh_config``). The file tools and a shell command's
+    change set are refused; the person's git runs nothing."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "i").returncode == 0
+    for key, value in settings:
+        assert persons_git(tmp_path, repo, "config", key, value).returncode == 0
+    own_all_like_workspace(workspace)
+    marker = tmp_path / "pwned"
+    # A program; for ssh, a configuration whose ProxyCommand runs the same.
+    if rel.endswith("ssh_config"):
+        program = f"Host *\n  ProxyCommand touch {marker}\n"
+    else:
+        program = f"#!/bin/sh\ntouch {marker}\ncat\n"
+    async with create_kernel(
+        roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
+    ) as k:
+        outcome = await k.invoke("write_file", {"path": f"repo/{rel}", "content": program})
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        assert "so git reads it" in outcome.error.message, outcome.error.message
+        shell = await k.invoke(
+            "run_shell",
+            {
+                "command": f"mkdir -p repo/{rel.rpartition('/')[0]}; "
+                f"cat > repo/{rel} <<'EOF'\n{program}EOF\nchmod +x repo/{rel}"
+            },
+        )
+        assert shell.error is not None and shell.error.code == "git_metadata", shell
+        fine = await k.invoke("write_file", {"path": "repo/lib/new.sh", "content": "echo\n"})
+        assert fine.error is None, fine.error
+    assert not (repo / rel).exists()
+    if runs:
+        persons_git(tmp_path, repo, *runs)  # may fail (no tool, no key): it must run nothing
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("earlier", ["write_file", "run_shell"])
+@pytest.mark.parametrize("change", ["git-config", "appended", "hook-link"])
+async def test_what_the_person_configures_during_a_session_holds_the_next_write(
+    earlier: str, change: str, workspace: Path, tmp_path: Path
+) -> None:
+    """The person changes the repository while a session runs (``git config include.path
+    ../local.gitconfig``, a line appended to ``.git/config``, a hook linked to
+    ``../../scripts/pre-commit``). The file tools judged their next write by the scan of an
+    earlier write or command, which named nothing: ``write_file local.gitconfig`` with
+    ``core.fsmonitor`` was written and run by the person's next ``git status``."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    (repo / "scripts").mkdir()
+    own_all_like_workspace(workspace)
+    marker = tmp_path / "pwned"
+    async with create_kernel(
+        roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
+    ) as k:
+        if earlier == "write_file":
+            first = await k.invoke("write_file", {"path": "repo/a.txt", "content": "a\n"})
+        else:
+            first = await k.invoke("run_shell", {"command": "echo a > repo/a.txt"})
+        assert first.error is None, first.error
+        if change == "git-config":
+            done = persons_git(tmp_path, repo, "config", "include.path", "../local.gitconfig")
+            assert done.returncode == 0, done.stderr
+        elif change == "appended":
+            with (repo / ".git" / "config").open("a") as config:
+                config.write("[include]\n\tpath = ../local.gitconfig\n")
+        else:
+            (repo / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+        rel = "scripts/pre-commit" if change == "hook-link" else "local.gitconfig"
+        outcome = await k.invoke(
+            "write_file",
+            {"path": f"repo/{rel}", "content": FSMONITOR.format(marker=marker)},
+        )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        fine = await k.invoke("write_file", {"path": "repo/b.txt", "content": "b\n"})
+        assert fine.error is None, fine.error
+    assert not (repo / rel).exists()
+    status = persons_git(tmp_path, repo, "status", "--short")
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "writer"),
+    [
+        ("include.path", "write_file"),
+        ("include.path", "run_shell --no-change-sets"),
+        ("core.hooksPath", "run_shell"),
+        ("core.fsmonitor", "run_shell"),
+    ],
+)
+async def test_what_the_persons_own_configuration_names_in_a_root_during_a_session_is_never_written(
+    setting: str, writer: str, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose roots hold a file the person's global configuration includes (or its
+    hooks directory) is refused when it starts; the person naming one while it runs (``git
+    config --global include.path ~/proj/team.gitconfig``) went unseen: the agent's
+    ``team.gitconfig`` with ``core.fsmonitor`` ran in the person's ``git status`` in every
+    repository, and a hook in that hooks directory in every ``git commit``. A program the
+    person's configuration names by its path in a root (``core.fsmonitor = ~/proj/fsmon.sh``)
+    was held only while a repository lay in the roots."""
+    home = tmp_path / "githome"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert persons_git(tmp_path, other, "init", "-q", "-b", "main").returncode == 0
+    marker = tmp_path / "pwned"
+    if setting == "include.path":
+        value, rel, content = str(workspace / "team.gitconfig"), "team.gitconfig", FSMONITOR
+    elif setting == "core.hooksPath":
+        value, rel, content = str(workspace / "hooks"), "hooks/pre-commit", HOOK
+    else:  # a program by its path in the root: no repository lies in the roots
+        value, rel, content = str(workspace / "fsmon.sh"), "fsmon.sh", HOOK
+    content = content.format(marker=marker)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        change_sets=writer != "run_shell --no-change-sets",
+        events_path=tmp_path / "ev.jsonl",
+    ) as k:
+        first = await k.invoke("write_file", {"path": "a.txt", "content": "a\n"})
+        assert first.error is None, first.error
+        done = persons_git(tmp_path, other, "config", "--global", setting, value)
+        assert done.returncode == 0, done.stderr
+        if writer == "write_file":
+            outcome = await k.invoke("write_file", {"path": rel, "content": content})
+        else:
+            outcome = await k.invoke(
+                "run_shell",
+                {
+                    "command": f"mkdir -p {Path(rel).parent}; cat > {rel} <<'EOF'\n{content}EOF\n"
+                    f"chmod +x {rel}; echo b > b.txt"
+                },
+            )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert not (workspace / rel).exists()
+    status = persons_git(tmp_path, other, "status", "--short")
+    assert status.returncode == 0, status.stderr
+    done = persons_git(tmp_path, other, "commit", "-q", "--allow-empty", "-m", "person")
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

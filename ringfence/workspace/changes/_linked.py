@@ -28,18 +28,21 @@ from typing import NamedTuple
 from ..git._config import (
     Settings,
     expand_config_path,
+    git_config_files,
+    git_config_names,
     person_settings,
     read_config_text,
     repository_settings,
 )
 from ..git._rules import (
     GITFILE_MAX_BYTES,
+    at_beneath,
     is_dotgit,
     is_git_directory,
     parse_gitfile,
     read_commondir,
 )
-from ..git._snapshot import GitSnapshot, MetaEntry, in_objects
+from ..git._snapshot import IMAGE_MAX_BYTES, GitSnapshot, MetaEntry, in_objects
 from ._view import TreeView, realpath
 
 __all__ = ["ConfigNamed", "config_named", "linked_metadata", "names_places"]
@@ -100,20 +103,29 @@ def _names_anything(settings: Settings, roots: Sequence[str], env: Mapping[str, 
     return False
 
 
-def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) -> bool:
+def names_places(
+    snapshot: GitSnapshot, env: Mapping[str, str] | None = None, now: TreeView | None = None
+) -> bool:
     """Might git metadata in ``snapshot`` lead git to read or run files elsewhere: a link in
     it, a configuration that includes files, names a hooks directory or has git run a
     command (its image says so, or is not known), or the person's own configuration doing
-    so in every repository. Cheap: asked before every write of the file tools."""
+    so in every repository. Cheap: asked before every write of the file tools.
+
+    With ``now``, each configuration file is read as it is on that view, not as the scan
+    saw it: the person changes ``.git/config`` while a session runs (``git config
+    include.path ../local.gitconfig``), and a scan from before that names nothing."""
     env = os.environ if env is None else env
     roots = [os.path.realpath(p) for p in snapshot.roots]
     configs = False
-    for (_, rel), entry in snapshot.entries.items():
+    for (index, rel), entry in snapshot.entries.items():
         if entry.kind == "symlink":
             return True
+        hooks = entry.kind == "dir" and rel.rpartition("/")[2] == "hooks"
+        if now is not None and hooks and _changed(now, index, rel, entry):
+            return True  # a link the person put in a hooks directory since (or it is one)
         if _is_config(rel, entry):
             configs = True
-            image = entry.image
+            image = entry.image if now is None else _image_now(now, index, rel)
             if image is None or _names_anything(
                 repository_settings(image.decode("utf-8", "surrogateescape")), roots, env
             ):
@@ -125,7 +137,66 @@ def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) ->
         ):
             return True
         configs = True
+    if any(_inside(os.path.realpath(place), roots) for place, _ in _person_places(env)):
+        return True
     return configs and _names_anything(_person(env), roots, env)
+
+
+def _inside(real: str, roots: Sequence[str]) -> bool:
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _person_places(env: Mapping[str, str]) -> list[tuple[str, ConfigNamed]]:
+    """The person's own configuration files (global, system), the files they include and
+    their absolute ``core.hooksPath`` directories: git reads and runs what lies there in
+    every repository. A session whose roots hold one is refused when it starts
+    (:func:`..git._config.refuse_git_config_inside_roots`); one the person names while it
+    runs (``git config --global include.path ~/proj/team.gitconfig``) is git metadata from
+    then on, by every writer."""
+    out: list[tuple[str, ConfigNamed]] = []
+    for base in git_config_files(env):
+        files, hooks = git_config_names(base, env)
+        out.append((str(base), ConfigNamed.of(str(base), "person's configuration")))
+        out += [(str(f), ConfigNamed.of(str(base), "include.path")) for f in files]
+        out += [(str(h), ConfigNamed.of(str(base), "core.hooksPath")) for h in hooks]
+        # A command's word that is an absolute path (``core.fsmonitor = ~/proj/fsmon.sh``)
+        # runs there in every repository, whether or not one lies in the roots.
+        for file in (base, *files):
+            for word in repository_settings(read_config_text(file)).programs:
+                path = expand_config_path(word, env)
+                if path is not None and path.startswith("/"):
+                    out.append((path, ConfigNamed.of(str(file), "command setting")))
+    return [(p, named) for p, named in out if "\0" not in p]
+
+
+def _changed(view: TreeView, index: int, rel: str, entry: MetaEntry) -> bool:
+    """Is the directory ``rel`` of root ``index`` no longer as the scan saw it (another
+    kind, entries added or removed: its times)?"""
+    if index >= len(view.roots):
+        return True
+    try:
+        with at_beneath(view.roots[index].fd, rel) as (fd, name):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return True
+    return not stat.S_ISDIR(st.st_mode) or (st.st_mtime_ns, st.st_ctime_ns) != (
+        entry.mtime_ns,
+        entry.ctime_ns,
+    )
+
+
+def _image_now(view: TreeView, index: int, rel: str) -> bytes | None:
+    """The bytes of the configuration file ``rel`` of root ``index`` as it is on ``view`` (b""
+    when gone); None when it is no longer a small regular file (judged as naming places)."""
+    if index >= len(view.roots):
+        return None
+    node = view.lstat(_join(view.roots[index].path, rel))
+    if node is None:
+        return b""
+    if node.kind != "file":
+        return None
+    data = view.read(_join(view.roots[index].path, rel), node, IMAGE_MAX_BYTES + 1)
+    return None if data is None or len(data) > IMAGE_MAX_BYTES else data
 
 
 def _read_text(view: TreeView, real: str) -> str:
@@ -181,6 +252,13 @@ def config_named(
                 return found
 
             out += _config_places(config, view, env, person, above)
+    for place, named in _person_places(env):
+        if named.setting == "command setting":
+            # A directory runs nothing: ``!cd ~/proj && make`` holds no ``~/proj``.
+            node = view.lstat(realpath(view, place)[0])
+            if node is not None and node.kind == "dir":
+                continue
+        out.append((place, named))
     return out
 
 

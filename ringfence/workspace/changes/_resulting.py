@@ -334,14 +334,16 @@ def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> N
     Scanned only when the last scan of the roots found a link in git metadata (or there
     was none yet): no writer of the agent's can make one (git metadata is never written),
     so a workspace without one costs no scan per write."""
+    roots = [(str(r.path), r.fd) for r in resolver.roots]
+    view = TreeView(roots)
     base = resolver.scan_base
-    if base is not None and not names_places(base):
+    # The configuration files read as they are now: the person's ``git config`` since the
+    # last scan (an include, a hooks directory, a command) names places all the same.
+    if base is not None and not names_places(base, now=view):
         return
     snapshot = _scan(resolver)
     if not names_places(snapshot):
         return
-    roots = [(str(r.path), r.fd) for r in resolver.roots]
-    view = TreeView(roots)
     base = roots[root][0]
     where = _join(base, path) if path else base
     _check_linked_metadata(snapshot, (view,), [where], what)

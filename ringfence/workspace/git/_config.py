@@ -41,7 +41,12 @@ from typing import NamedTuple
 
 from ...runtime._errors import InvalidArguments
 
-__all__ = ["git_config_files", "git_config_names", "refuse_git_config_inside_roots"]
+__all__ = [
+    "git_config_files",
+    "git_config_names",
+    "refuse_git_config_inside_roots",
+    "runs_a_command",
+]
 
 # git follows includes this deep (its MAX_INCLUDE_DEPTH), and reads a file whole; a person's
 # configuration larger than this is read this far (what lies past it is not followed).
@@ -366,16 +371,39 @@ _PROGRAM_KEYS = frozenset(
         ("sendemail", "sendmailcmd"),
         ("sendemail", "smtpserver"),
         ("submodule", "update"),
+        ("instaweb", "httpd"),
+        ("instaweb", "browser"),
+        ("svn", "authorsprog"),
+        # git-lfs runs these from git's configuration: a custom transfer agent's program, an
+        # extension's filters.
+        ("lfs", "path"),
+        ("lfs", "clean"),
+        ("lfs", "smudge"),
     }
 )
 _PROGRAM_SECTIONS = frozenset({"alias", "pager"})
+# git names most settings it runs by what they are, and adds such settings with new versions:
+# ``hook.<name>.command`` (git 2.54's configured hooks), ``tar.<format>.command`` (``git
+# archive``), ``gpg.ssh.defaultKeyCommand``, ``core.alternateRefsCommand``,
+# ``sendemail.toCmd``/``ccCmd``/``headerCmd``, ``uploadpack.packObjectsHook``, ``guitool.*.cmd``.
+# A key ending so is a command whatever its section (a list of keys missed ``tar.tgz.command``:
+# the agent's ``tools/gz.sh`` ran in the person's ``git archive --format=tgz``); ``advice.*``
+# are booleans (``advice.ignoredHook``).
+_PROGRAM_KEY_ENDINGS = ("command", "cmd", "program", "hook", "helper", "editor")
+
+
+def runs_a_command(section: str, key: str) -> bool:
+    """Does git run the value of ``section.<any>.key`` (lower-cased) as a command or program?"""
+    if (section, key) in _PROGRAM_KEYS or section in _PROGRAM_SECTIONS:
+        return True
+    return section != "advice" and key.endswith(_PROGRAM_KEY_ENDINGS)
 
 
 class Settings(NamedTuple):
     """What a configuration file names, as written (unexpanded): the files it includes
     (``include.path``, ``includeIf.<condition>.path`` whatever the condition: the safe side),
     its ``core.hooksPath`` and ``core.worktree`` values, and the words of the commands it has
-    git run (each word of each value of :data:`_PROGRAM_KEYS`, an alias's ``!`` dropped)."""
+    git run (each word of each value :func:`runs_a_command`, an alias's ``!`` dropped)."""
 
     includes: list[str]
     hooks: list[str]
@@ -395,7 +423,7 @@ def repository_settings(text: str) -> Settings:
             found.hooks.append(value)
         elif section == "core" and key == "worktree":
             found.worktrees.append(value)
-        if (section, key) in _PROGRAM_KEYS or section in _PROGRAM_SECTIONS:
+        if runs_a_command(section, key):
             found.programs.extend(_words(value.removeprefix("!")))
     return found
 
@@ -411,11 +439,35 @@ def _words(command: str, depth: int = 0) -> list[str]:
     except ValueError:
         words = command.split()
     out: list[str] = []
-    for word in words:
+    for at, word in enumerate(words):
         out.append(word)
+        out.extend(_attached(word))
+        if word.startswith("/") and at and words[at - 1] == ")":
+            # ``$(git rev-parse --show-toplevel)/tools/x``: the worktree's top, most likely.
+            out.append(word.lstrip("/"))
         if depth < 4 and any(ch in word for ch in " \t\n"):
             out.extend(_words(word, depth + 1))
     return out
+
+
+def _attached(word: str) -> list[str]:
+    """The paths a program may read from one word beyond the word itself: a short option's
+    attached value (``ssh -Fconfig/ssh_config``), what follows each ``=``, ``:`` or ``,``
+    (``--rcfile=tools/rc``, ``PYTHONPATH=tools:lib``), what follows a variable
+    (``$PWD/tools/x``). ``core.sshCommand = ssh
+    -Fconfig/ssh_config`` read the agent's ``config/ssh_config``, whose ``ProxyCommand`` the
+    person's ``git fetch`` ran, while only the whole word was taken for a path."""
+    found: list[str] = []
+    if len(word) > 2 and word[0] == "-" and word[1].isalpha():
+        found.append(word[2:])
+    # A variable or a command's output before the first ``/`` (``$PWD/tools/x``,
+    # ``${TOP}/tools/x``, `` `git rev-parse --show-toplevel`/tools/x``) is taken for the
+    # worktree's top: what follows is a place there.
+    slash = word.find("/")
+    if slash > 0 and ("$" in word[:slash] or "`" in word[:slash]):
+        found.append(word[slash + 1 :])
+    found += [word[i + 1 :] for i, ch in enumerate(word) if ch in "=:," and i + 1 < len(word)]
+    return found
 
 
 def person_settings(env: Mapping[str, str]) -> Settings:
