@@ -1616,3 +1616,63 @@ async def test_a_short_flag_meets_the_long_option_a_rule_names(workspace: Path) 
     assert computed["stdout"].strip() == "NOT-PUSHED", computed
     assert set(denied_rules(computed)) == {"deny:run_shell(git push --force*)"}, computed
     assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control
+
+
+# Options a word computed at run time (or the words xargs appends) may give after the
+# operands: each line removes `d` (and with `*`, every file) if it runs.
+_COMPUTED_OPTION_LINES = (
+    "rm d ${x:--rf}",  # the default value: `rm d -rf`
+    "echo -rf d | xargs rm",  # xargs appends `-rf d`: `rm -rf d`
+    "rm d *",  # the glob meets the file named `-rf`: `rm d -rf d keep`
+    "rm -r d ${x:--f}",  # the last flag computed after the operand
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind"),
+    [pytest.param("local", "ask", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                           reason="")),
+     ("docker", "deny")],
+)  # fmt: skip
+async def test_options_a_computed_word_gives_after_the_operands_meet_the_rule(
+    workspace: Path, request: pytest.FixtureRequest, backend: str, kind: str
+) -> None:
+    """`rm d ${x:--rf}`, `echo -rf d | xargs rm` and `rm d *` beside a file named `-rf` run
+    `rm -rf d` (getopt permutes), but the permuted reading looked at literal words only
+    and an open tail shorter than the pattern was a sure NO: under posture unrestricted each
+    removed `d` past `run_shell(rm -rf*)`, a deny rule on docker (no exec check behind the
+    Gate) and an ask rule on any backend (never enforced at exec). Now a computed word
+    before `--`, or an open tail, may give the options the pattern names: the Gate asks,
+    the approver says no, and `d` stays; the control, `rm plain`, runs unasked."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    for name in ("-rf", "keep", "plain"):
+        (workspace / name).write_text("x\n")
+    chown_like_workspace(
+        workspace, workspace / "d", workspace / "d" / "x", workspace / "-rf",
+        workspace / "keep", workspace / "plain",
+    )  # fmt: skip
+    asked: list[str] = []
+
+    def answer(req: Any) -> ApprovalAnswer:
+        asked.append(req.arguments["command"])
+        return ApprovalAnswer.deny("the test says no")
+
+    rules = Rules(**{kind: ("run_shell(rm -rf*)",)})  # type: ignore[arg-type]
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=rules, posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(answer), backend_options=options,
+    ) as k:  # fmt: skip
+        for line in _COMPUTED_OPTION_LINES:
+            with pytest.raises(Denied):
+                await k.call("run_shell", {"command": line})
+        control = await k.call("run_shell", {"command": "rm plain"})
+    assert asked == list(_COMPUTED_OPTION_LINES), asked
+    assert (workspace / "d" / "x").is_dir() and (workspace / "keep").exists()
+    assert (workspace / "-rf").exists()
+    assert control["exit_code"] == 0 and not (workspace / "plain").exists(), control

@@ -379,42 +379,53 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     --force origin``): the pattern's option elements must each be met by one of the
     command's option words before ``--`` (its leading short flags by their union, as a
     set), and its other elements by the command's other words, in order. Only for a
-    pattern ending in ``**``, which admits the options it does not name; computed words
-    leave it to the other readings."""
+    pattern ending in ``**``, which admits the options it does not name.
+
+    A word computed at run time before ``--`` (``rm d $x``, ``rm d ${x:--rf}``, a glob
+    ``rm d *`` that a file named ``-rf`` meets, bash's ``rm d -{rf,}``) and the words an
+    open tail appends (``echo -rf d | xargs rm``) may be any options: what the literal
+    words leave unmet they could give, so the match is MAYBE there, never NO."""
     if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
         return Tri.NO  # a pattern that admits further words (the unnamed options) alone
-    if command.open_tail:
-        return Tri.NO
     argv = command.argv
-    if not argv or not all(w.literal for w in argv):
-        return Tri.NO
-    if _match_argv((pattern[0], "**"), command, True) is not Tri.YES:
+    if not argv or not argv[0].literal:
+        return Tri.NO  # a computed program name: the plain reading's MAYBE says it
+    if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
         return Tri.NO  # another program
     options: list[str] = []
-    operands: list[str] = []
+    operands: list[Word] = []
+    wild = command.open_tail  # words appended at run time, options or operands
     ended = False
     for word in argv[1:]:
-        if not ended and word.text == "--":
+        if not word.literal:
+            operands.append(word)  # it may stand for operands ...
+            wild = wild or not ended  # ... or, before `--`, for any options
+        elif not ended and word.text == "--":
             ended = True
         elif not ended and _is_option(word.text):
             options.append(word.text)
         else:
-            operands.append(word.text)
-    if not options:
+            operands.append(word)
+    if not options and not wild:
         return Tri.NO  # the plain reading said it
+    sure = True  # every option the pattern names is met by a literal word
     flags = short_flags(pattern)
     count = flags[0] if flags else 0
     wanted = flags[1] if flags else frozenset()
     have = {c for o in options for c in flag_letters(o)}
     if not wanted <= have:
-        return Tri.NO
+        if not wild:
+            return Tri.NO
+        sure = False
     rest = pattern[1 + count :]
     for element in rest:
         if _is_option(element) and not any(option_met(element, o) for o in options):
-            return Tri.NO
+            if not wild:
+                return Tri.NO
+            sure = False
     kept = (pattern[0], *(e for e in rest if not _is_option(e)))
-    words = (argv[0], *(Word(o) for o in operands))
-    return _match_argv(kept, replace(command, argv=words), True)
+    r = _match_argv(kept, replace(command, argv=(argv[0], *operands)), True)
+    return Tri.MAYBE if r is Tri.YES and not sure else r
 
 
 _GLOB_CHARS = "*?["
@@ -669,9 +680,11 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
             return (
                 Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
             )
-        if len(argv) < len(head):
+        if len(argv) < len(head):  # (an open tail appends words: the slow path counts it)
             return (
-                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+                Tri.NO
+                if all(w.literal for w in argv) and not command.open_tail
+                else _match_slow(pattern, command, deny_side)
             )
         if not head:
             return Tri.YES
