@@ -1676,3 +1676,45 @@ async def test_options_a_computed_word_gives_after_the_operands_meet_the_rule(
     assert (workspace / "d" / "x").is_dir() and (workspace / "keep").exists()
     assert (workspace / "-rf").exists()
     assert control["exit_code"] == 0 and not (workspace / "plain").exists(), control
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_options_after_the_operands_past_the_programs_own_options_never_start_it(
+    workspace: Path,
+) -> None:
+    """`git -C . push ../b HEAD:main -f` is `git push --force`: git's own `-C .` first, then
+    push's options among its operands. The permuted reading started at the program's
+    first word only and the past-the-options reading did not permute, so under `run_shell(
+    git push --force*)` and posture unrestricted it pushed on `local` (read whole at the
+    Gate, or its flag computed past the exec check), and so did `git -c x.y=1 push … -uf`.
+    Now options among the operands are met from each place the leading options may end,
+    at the Gate and at exec: the bare repository never gets the branch. The control, the
+    same push without the flag, pushes."""
+    deny = ("run_shell(git push --force*)",)
+    check = "; git -C ../b rev-parse -q --verify refs/heads/main || echo NOT-PUSHED"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in (
+            "git -C . push -q ../b HEAD:main -f",
+            "git -C . push -q -u ../b HEAD:main --force",
+        ):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": _FORCE_REPOS + line + check})
+            assert "run_shell(git push --force*)" in refused.value.message, refused.value.message
+        computed = [
+            await k.call("run_shell", {"command": _FORCE_REPOS + line + check})
+            for line in (
+                "f=-f; git -C . push -q ../b HEAD:main $f",
+                "f=-uf; git -c x.y=1 push -q ../b HEAD:main $f",
+                "f=--force; git -C . push -q ../b HEAD:main $f",
+            )
+        ]
+        control = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "git -C . push -q ../b HEAD:main" + check}
+        )
+    for result in computed:
+        assert result["stdout"].strip() == "NOT-PUSHED", result
+        assert set(denied_rules(result)) == {"deny:run_shell(git push --force*)"}, result
+    assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control

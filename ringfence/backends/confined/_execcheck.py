@@ -421,6 +421,12 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
     the runtime's ``_matchers._match_permuted``, for a pattern ending in ``**``."""
     if len(pattern) < 3 or pattern[-1] != "**":
         return False
+    # past the program's leading options too, every reading (`git -C . push origin -f`)
+    return any(_permuted_from(pattern, rest[k:]) for k in _option_ends(rest))
+
+
+def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
+    """:func:`_permuted` over ``rest`` (the program's leading options already skipped)."""
     options: list[str] = []
     operands: list[str] = []
     ended = False

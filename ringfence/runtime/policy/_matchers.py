@@ -392,11 +392,27 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         return Tri.NO  # a computed program name: the plain reading's MAYBE says it
     if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
         return Tri.NO  # another program
+    # Past the program's leading options too, every reading (`git -C . push origin -f`: git's
+    # own `-C .`, then push's options among its operands), as `_match_past_options`.
+    best = Tri.NO
+    for k in option_ends([w.text if w.literal else None for w in argv], 1):
+        r = _permuted_from(pattern, command, k)
+        if r is Tri.YES:
+            return r
+        if r is Tri.MAYBE:
+            best = Tri.MAYBE
+    return best
+
+
+def _permuted_from(pattern: tuple[str, ...], command: SimpleCommand, start: int) -> Tri:
+    """:func:`_match_permuted` over the words from ``start`` on (those before it the
+    program's leading options and their values, skipped)."""
+    argv = command.argv
     options: list[str] = []
     operands: list[Word] = []
     wild = command.open_tail  # words appended at run time, options or operands
     ended = False
-    for word in argv[1:]:
+    for word in argv[start:]:
         if not word.literal:
             operands.append(word)  # it may stand for operands ...
             wild = wild or not ended  # ... or, before `--`, for any options
