@@ -1718,3 +1718,42 @@ async def test_options_after_the_operands_past_the_programs_own_options_never_st
         assert result["stdout"].strip() == "NOT-PUSHED", result
         assert set(denied_rules(result)) == {"deny:run_shell(git push --force*)"}, result
     assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs an ssh client")
+async def test_an_option_and_its_value_after_the_operands_are_that_option(
+    workspace: Path,
+) -> None:
+    """OpenSSH reads its options after the host too: `ssh -F /dev/null x -o
+    ProxyCommand='touch hit-1'` ran the ProxyCommand under `run_shell(ssh -o ProxyCommand*)`
+    and posture unrestricted on `local`, since the permuted reading took the option's value
+    for an operand (and `-oProxyCommand=…` after the host met no reading at all). Now the
+    options after the operands are also read moved before them, each with the word after
+    it as its value, at the Gate and at exec: read whole it is denied, computed it is
+    refused at exec, no hit file appears. The control, another `-o` option, runs ssh."""
+    deny = ("run_shell(ssh -o ProxyCommand*)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in (
+            "ssh -F /dev/null x -o ProxyCommand='touch hit-1'",
+            "ssh -F /dev/null x -v -oProxyCommand='touch hit-2'",
+        ):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert "run_shell(ssh -o ProxyCommand*)" in refused.value.message, refused.value
+        computed = [
+            await k.call("run_shell", {"command": line})
+            for line in (
+                "o=-o; ssh -F /dev/null x $o ProxyCommand='touch hit-3'",
+                'o=-oProxyCommand; ssh -F /dev/null x "$o=touch hit-4"',
+            )
+        ]
+        control = await k.call(
+            "run_shell", {"command": "ssh -F /dev/null x -o ConnectTimeout=1; echo ran"}
+        )
+    assert not list(workspace.glob("hit-*")), computed
+    for result in computed:
+        assert set(denied_rules(result)) == {"deny:run_shell(ssh -o ProxyCommand*)"}, result
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control

@@ -347,7 +347,7 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
         if any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k):
             return True
-        return _permuted(pattern, rest)
+        return _permuted(pattern, rest) or _hoisted(pattern, rest)
     return _tail(pattern, 0, [word, *rest], 0, {}, program=True)
 
 
@@ -449,6 +449,54 @@ def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
             return False
     kept = [e for e in tail if not _element_is_option(e)]
     return _tail([pattern[0], *kept], 1, operands, 0, {})
+
+
+def _hoisted_forms(words: list[str], limit: int) -> list[list[str]]:
+    """The options that follow an operand moved before the first ``p`` operands, each alone
+    or with its value: the runtime's ``_matchers.hoisted_forms``."""
+    forms: list[list[str]] = []
+    for valued in (False, True):
+        groups: list[str] = []
+        operands: list[str] = []
+        rest: list[str] = []
+        late = False
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--":
+                rest = words[i:]
+                break
+            if not _is_option(word):
+                operands.append(word)
+                i += 1
+                continue
+            late = late or bool(operands)
+            groups.append(word)
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            takes = valued and "=" not in word and nxt is not None and nxt != "--"
+            if takes and not _is_option(nxt):  # type: ignore[arg-type]
+                groups.append(nxt)  # type: ignore[arg-type]
+                i += 1
+            i += 1
+        if late:
+            for p in range(min(len(operands), limit) + 1):
+                forms.append(operands[:p] + groups + operands[p:] + rest)
+    return forms
+
+
+def _hoisted(pattern: list[object], rest: list[str]) -> bool:
+    """The readings of ``_matches`` over each form with the options, values kept, moved
+    before the operands (``ssh x -o ProxyCommand=…``): the runtime's
+    ``_matchers._match_hoisted``."""
+    if len(pattern) < 3 or pattern[-1] != "**":
+        return False
+    for form in _hoisted_forms(rest, len(pattern)):
+        memo: dict[tuple[int, int], bool] = {}
+        if _tail(pattern, 1, form, 0, memo) or _flags_match(pattern, form):
+            return True
+        if any(_tail(pattern, 1, form, k, memo) for k in _option_ends(form) if k):
+            return True
+    return False
 
 
 def _flags_match(pattern: list[object], rest: list[str]) -> bool:

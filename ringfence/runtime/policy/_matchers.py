@@ -353,7 +353,71 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
         r = _match_flags(pattern, command)
     if r is Tri.NO and deny_side:
         r = _match_permuted(pattern, command)
+    if r is Tri.NO and deny_side:
+        r = _match_hoisted(pattern, command)
     return r
+
+
+def hoisted_forms(words: Sequence[str], limit: int) -> list[list[str]]:
+    """A command's words after the program with its options moved before its first ``p``
+    operands (``p`` from 0 to ``limit``), each option alone or with the word after it as
+    its value: GNU getopt's permutation, values kept with their options (``ssh x -o
+    ProxyCommand=…`` is ``ssh -o ProxyCommand=… x``). Words from ``--`` on stay last;
+    nothing when no option follows an operand (the plain readings said it). The exec
+    check mirrors this (``backends/confined/_execcheck._hoisted_forms``)."""
+    forms: list[list[str]] = []
+    for valued in (False, True):
+        groups: list[str] = []
+        operands: list[str] = []
+        rest: list[str] = []
+        late = False  # an option after an operand
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--":
+                rest = list(words[i:])
+                break
+            if not _is_option(word):
+                operands.append(word)
+                i += 1
+                continue
+            late = late or bool(operands)
+            groups.append(word)
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            takes = valued and "=" not in word and nxt is not None and nxt != "--"
+            if takes and not _is_option(nxt):  # type: ignore[arg-type]
+                groups.append(nxt)  # type: ignore[arg-type]
+                i += 1
+            i += 1
+        if late:
+            for p in range(min(len(operands), limit) + 1):
+                forms.append(operands[:p] + groups + operands[p:] + rest)
+    return forms
+
+
+def _match_hoisted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side readings of a command whose options follow its operands, each option
+    with its value moved before them (:func:`hoisted_forms`): `ssh -F f x -o
+    ProxyCommand=…` meets `ssh -o ProxyCommand*`, whose value the set reading of
+    :func:`_match_permuted` took for an operand. Literal words only (a computed word there
+    is :func:`_match_permuted`'s MAYBE)."""
+    if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
+        return Tri.NO
+    argv = command.argv
+    if command.open_tail or not argv or not all(w.literal for w in argv):
+        return Tri.NO
+    if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
+        return Tri.NO  # another program
+    for form in hoisted_forms([w.text for w in argv[1:]], len(pattern)):
+        moved = replace(command, argv=(argv[0], *(Word(w) for w in form)))
+        r = _match_argv(pattern, moved, True)
+        if r is Tri.NO and _past_options(pattern):
+            r = _match_past_options(pattern, moved)
+        if r is Tri.NO and short_flags(pattern) is not None:
+            r = _match_flags(pattern, moved)
+        if r is Tri.YES:
+            return r
+    return Tri.NO
 
 
 def option_met(element: str, word: str) -> bool:
@@ -440,6 +504,12 @@ def _permuted_from(pattern: tuple[str, ...], command: SimpleCommand, start: int)
                 return Tri.NO
             sure = False
     kept = (pattern[0], *(e for e in rest if not _is_option(e)))
+    if wild:  # a computed word may be an option with its value (`ssh x $o` for `-o Proxy…`)
+        values = {
+            i for i in range(2, len(pattern)) if _is_option(pattern[i - 1]) and pattern[i] != "**"
+        }
+        kept = (pattern[0], *(e for i, e in enumerate(pattern[1:], 1) if not
+                              (_is_option(e) or i in values)))  # fmt: skip
     r = _match_argv(kept, replace(command, argv=(argv[0], *operands)), True)
     return Tri.MAYBE if r is Tri.YES and not sure else r
 
