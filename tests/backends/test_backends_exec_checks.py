@@ -1748,6 +1748,7 @@ async def test_an_option_and_its_value_after_the_operands_are_that_option(
             for line in (
                 "o=-o; ssh -F /dev/null x $o ProxyCommand='touch hit-3'",
                 'o=-oProxyCommand; ssh -F /dev/null x "$o=touch hit-4"',
+                "o=-o; ssh -F /dev/null -4 x -v $o ProxyCommand='touch hit-5'",
             )
         ]
         control = await k.call(
@@ -1757,3 +1758,26 @@ async def test_an_option_and_its_value_after_the_operands_are_that_option(
     for result in computed:
         assert set(denied_rules(result)) == {"deny:run_shell(ssh -o ProxyCommand*)"}, result
     assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_an_option_with_its_value_after_the_operands_is_met_past_other_options(
+    workspace: Path,
+) -> None:
+    """The readings above with other options about: `git -C . push -q x --rep origin` (git's
+    own `-C .` first, push's `-q` between `push` and the option, `--rep` abbreviated) was
+    read with `-q x` or `--rep origin` as operands and let through to git under `run_shell(
+    git push --repo origin*)`. Now each option that meets the rule's is read first with
+    its value, past each place the leading options may end: the Gate denies it, naming
+    the rule, and git never starts (no `exec_denied`, no output)."""
+    deny = ("run_shell(git push --repo origin*)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in ("git -C . push -q x --rep origin", "git push -q x --re origin"):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line + "; touch ran"})
+            assert "run_shell(git push --repo origin*)" in refused.value.message, refused.value
+        control = await k.call("run_shell", {"command": "git -C . push x -q origin; touch ran"})
+    assert control["exit_code"] == 0 and (workspace / "ran").exists(), control

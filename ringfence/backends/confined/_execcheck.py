@@ -451,36 +451,59 @@ def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
     return _tail([pattern[0], *kept], 1, operands, 0, {})
 
 
-def _hoisted_forms(words: list[str], limit: int) -> list[list[str]]:
+def _hoisted_forms(
+    words: list[str], limit: int, named: list[object], wanted: set[str]
+) -> list[list[str]]:
     """The options that follow an operand moved before the first ``p`` operands, each alone
-    or with its value: the runtime's ``_matchers.hoisted_forms``."""
+    or with its value, past each place the leading options may end: the runtime's
+    ``_matchers.hoisted_forms``; an option ``meets`` the rule's when it gives one of the
+    ``wanted`` flags or meets one of its ``named`` options."""
+
+    def meets(word: str) -> bool:
+        return bool(wanted & _flag_letters(word)) or any(_option_met(e, word) for e in named)
+
     forms: list[list[str]] = []
-    for valued in (False, True):
-        groups: list[str] = []
-        operands: list[str] = []
-        rest: list[str] = []
-        late = False
-        i = 0
-        while i < len(words):
-            word = words[i]
-            if word == "--":
-                rest = words[i:]
-                break
-            if not _is_option(word):
-                operands.append(word)
+    seen: set[tuple[str, ...]] = set()
+    for start in _option_ends(list(words)):
+        head, tail = list(words[:start]), list(words[start:])
+        valued = [
+            i for i in range(len(tail) - 1)
+            if _is_option(tail[i]) and "=" not in tail[i] and tail[i + 1] != "--"
+            and not _is_option(tail[i + 1])
+        ]  # fmt: skip
+        readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        for takes in readings:
+            groups: list[list[str]] = []
+            operands: list[str] = []
+            rest: list[str] = []
+            late = False  # an option after an operand
+            i = 0
+            while i < len(tail):
+                word = tail[i]
+                if word == "--":
+                    rest = tail[i:]
+                    break
+                if not _is_option(word):
+                    operands.append(word)
+                elif i in takes:
+                    late = late or bool(operands)
+                    groups.append([word, tail[i + 1]])
+                    i += 1
+                else:
+                    late = late or bool(operands)
+                    groups.append([word])
                 i += 1
+            if not late:
                 continue
-            late = late or bool(operands)
-            groups.append(word)
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            takes = valued and "=" not in word and nxt is not None and nxt != "--"
-            if takes and not _is_option(nxt):  # type: ignore[arg-type]
-                groups.append(nxt)  # type: ignore[arg-type]
-                i += 1
-            i += 1
-        if late:
+            # the options that meet the rule's first, the others after them (`-q x` would
+            # stand between `push` and `--repo o`)
+            ordered = [w for g in groups if meets(g[0]) for w in g]
+            ordered += [w for g in groups if not meets(g[0]) for w in g]
             for p in range(min(len(operands), limit) + 1):
-                forms.append(operands[:p] + groups + operands[p:] + rest)
+                form = head + operands[:p] + ordered + operands[p:] + rest
+                if tuple(form) not in seen:
+                    seen.add(tuple(form))
+                    forms.append(form)
     return forms
 
 
@@ -490,7 +513,9 @@ def _hoisted(pattern: list[object], rest: list[str]) -> bool:
     ``_matchers._match_hoisted``."""
     if len(pattern) < 3 or pattern[-1] != "**":
         return False
-    for form in _hoisted_forms(rest, len(pattern)):
+    _count, wanted = _leading_flags(pattern)
+    named = [e for e in pattern[1:] if _element_is_option(e)]
+    for form in _hoisted_forms(rest, len(pattern), named, wanted):
         memo: dict[tuple[int, int], bool] = {}
         if _tail(pattern, 1, form, 0, memo) or _flags_match(pattern, form):
             return True

@@ -358,40 +358,60 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
     return r
 
 
-def hoisted_forms(words: Sequence[str], limit: int) -> list[list[str]]:
-    """A command's words after the program with its options moved before its first ``p``
-    operands (``p`` from 0 to ``limit``), each option alone or with the word after it as
-    its value: GNU getopt's permutation, values kept with their options (``ssh x -o
-    ProxyCommand=…`` is ``ssh -o ProxyCommand=… x``). Words from ``--`` on stay last;
-    nothing when no option follows an operand (the plain readings said it). The exec
-    check mirrors this (``backends/confined/_execcheck._hoisted_forms``)."""
+def hoisted_forms(
+    words: Sequence[str], limit: int, meets: Callable[[str], bool]
+) -> list[list[str]]:
+    """A command's words after the program with the options that follow its operands moved
+    before its first ``p`` operands (``p`` from 0 to ``limit``), each option alone or with
+    the word after it as its value: GNU getopt's permutation, values kept with their
+    options (``ssh x -o ProxyCommand=…`` is ``ssh -o ProxyCommand=… x``). Read past each
+    place the program's leading options may end (``git -C . push x --repo o``), and with
+    no option taking a value, every one, or one that ``meets`` the rule's alone (``git
+    push -q x --repo o``). Words from ``--`` on stay last; nothing when no option follows
+    an operand (the plain readings said it). The exec check mirrors this
+    (``backends/confined/_execcheck._hoisted_forms``)."""
     forms: list[list[str]] = []
-    for valued in (False, True):
-        groups: list[str] = []
-        operands: list[str] = []
-        rest: list[str] = []
-        late = False  # an option after an operand
-        i = 0
-        while i < len(words):
-            word = words[i]
-            if word == "--":
-                rest = list(words[i:])
-                break
-            if not _is_option(word):
-                operands.append(word)
+    seen: set[tuple[str, ...]] = set()
+    for start in option_ends(list(words), 0):
+        head, tail = list(words[:start]), list(words[start:])
+        valued = [
+            i for i in range(len(tail) - 1)
+            if _is_option(tail[i]) and "=" not in tail[i] and tail[i + 1] != "--"
+            and not _is_option(tail[i + 1])
+        ]  # fmt: skip
+        readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        for takes in readings:
+            groups: list[list[str]] = []
+            operands: list[str] = []
+            rest: list[str] = []
+            late = False  # an option after an operand
+            i = 0
+            while i < len(tail):
+                word = tail[i]
+                if word == "--":
+                    rest = tail[i:]
+                    break
+                if not _is_option(word):
+                    operands.append(word)
+                elif i in takes:
+                    late = late or bool(operands)
+                    groups.append([word, tail[i + 1]])
+                    i += 1
+                else:
+                    late = late or bool(operands)
+                    groups.append([word])
                 i += 1
+            if not late:
                 continue
-            late = late or bool(operands)
-            groups.append(word)
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            takes = valued and "=" not in word and nxt is not None and nxt != "--"
-            if takes and not _is_option(nxt):  # type: ignore[arg-type]
-                groups.append(nxt)  # type: ignore[arg-type]
-                i += 1
-            i += 1
-        if late:
+            # the options that meet the rule's first, the others after them (`-q x` would
+            # stand between `push` and `--repo o`)
+            ordered = [w for g in groups if meets(g[0]) for w in g]
+            ordered += [w for g in groups if not meets(g[0]) for w in g]
             for p in range(min(len(operands), limit) + 1):
-                forms.append(operands[:p] + groups + operands[p:] + rest)
+                form = head + operands[:p] + ordered + operands[p:] + rest
+                if tuple(form) not in seen:
+                    seen.add(tuple(form))
+                    forms.append(form)
     return forms
 
 
@@ -408,7 +428,14 @@ def _match_hoisted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         return Tri.NO
     if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
         return Tri.NO  # another program
-    for form in hoisted_forms([w.text for w in argv[1:]], len(pattern)):
+    flags = short_flags(pattern)
+    wanted = flags[1] if flags else frozenset()
+    named = [e for e in pattern[1:] if _is_option(e)]
+
+    def meets(word: str) -> bool:
+        return bool(wanted & flag_letters(word)) or any(option_met(e, word) for e in named)
+
+    for form in hoisted_forms([w.text for w in argv[1:]], len(pattern), meets):
         moved = replace(command, argv=(argv[0], *(Word(w) for w in form)))
         r = _match_argv(pattern, moved, True)
         if r is Tri.NO and _past_options(pattern):
