@@ -1781,3 +1781,22 @@ async def test_an_option_with_its_value_after_the_operands_is_met_past_other_opt
             assert "run_shell(git push --repo origin*)" in refused.value.message, refused.value
         control = await k.call("run_shell", {"command": "git -C . push x -q origin; touch ran"})
     assert control["exit_code"] == 0 and (workspace / "ran").exists(), control
+
+
+async def test_a_long_command_with_options_after_its_operands_is_read_loosely(
+    workspace: Path,
+) -> None:
+    """The permuted readings cost a match per place the leading options may end, and per
+    option read with its value: past 48 words (or 6 such places) a command is read loosely
+    instead, which may over-match and never under-matches, at the Gate and at exec.
+    `rm d a1 … a60 -rf` is not let through under `run_shell(rm -rf*)`: `d` stays."""
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    line = "rm d " + " ".join(f"a{n}" for n in range(60)) + " -rf"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=("run_shell(rm -rf*)",)),
+        approver=approve_all(), posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        result = await k.call("run_shell", {"command": line})
+    assert set(denied_rules(result)) == {"deny:run_shell(rm -rf*)"}, result
+    assert (workspace / "d" / "x").is_dir()

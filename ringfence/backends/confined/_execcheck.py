@@ -422,7 +422,34 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
     if len(pattern) < 3 or pattern[-1] != "**":
         return False
     # past the program's leading options too, every reading (`git -C . push origin -f`)
-    return any(_permuted_from(pattern, rest[k:]) for k in _option_ends(rest))
+    starts = _option_ends(rest)
+    if len(rest) + 1 > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return _loose(pattern, rest)
+    return any(_permuted_from(pattern, rest[k:]) for k in starts)
+
+
+# The runtime's bounds on the permuted readings (``_matchers._PERMUTED_WORDS``, ...): past
+# them a command is read loosely, refused where the runtime's reading is MAYBE.
+_PERMUTED_WORDS = 48
+_PERMUTED_STARTS = 6
+
+
+def _loose(pattern: list[object], rest: list[str]) -> bool:
+    """The runtime's ``_matchers._loose``: flags by their union, each named option by some
+    option word, each other element by some word, in any order (over-matches)."""
+    options = [w for w in rest if _is_option(w)]
+    count, wanted = _leading_flags(pattern)
+    if wanted and not wanted <= {c for o in options for c in _flag_letters(o)}:
+        return False
+    for element in pattern[1 + count :]:
+        if element == "**":
+            continue
+        if _element_is_option(element):
+            if not any(_option_met(element, o) for o in options):
+                return False
+        elif not any(_arg(element, w) for w in rest):
+            return False
+    return True
 
 
 def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
@@ -453,7 +480,7 @@ def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
 
 def _hoisted_forms(
     words: list[str], limit: int, named: list[object], wanted: set[str]
-) -> list[list[str]]:
+) -> list[list[str]] | None:
     """The options that follow an operand moved before the first ``p`` operands, each alone
     or with its value, past each place the leading options may end: the runtime's
     ``_matchers.hoisted_forms``; an option ``meets`` the rule's when it gives one of the
@@ -464,7 +491,10 @@ def _hoisted_forms(
 
     forms: list[list[str]] = []
     seen: set[tuple[str, ...]] = set()
-    for start in _option_ends(list(words)):
+    starts = _option_ends(list(words))
+    if len(words) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return None
+    for start in starts:
         head, tail = list(words[:start]), list(words[start:])
         valued = [
             i for i in range(len(tail) - 1)
@@ -472,6 +502,8 @@ def _hoisted_forms(
             and not _is_option(tail[i + 1])
         ]  # fmt: skip
         readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        if len(readings) > 2 + _PERMUTED_STARTS:
+            return None
         for takes in readings:
             groups: list[list[str]] = []
             operands: list[str] = []
@@ -515,7 +547,10 @@ def _hoisted(pattern: list[object], rest: list[str]) -> bool:
         return False
     _count, wanted = _leading_flags(pattern)
     named = [e for e in pattern[1:] if _element_is_option(e)]
-    for form in _hoisted_forms(rest, len(pattern), named, wanted):
+    forms = _hoisted_forms(rest, len(pattern), named, wanted)
+    if forms is None:
+        return _loose(pattern, rest)
+    for form in forms:
         memo: dict[tuple[int, int], bool] = {}
         if _tail(pattern, 1, form, 0, memo) or _flags_match(pattern, form):
             return True

@@ -360,7 +360,7 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
 
 def hoisted_forms(
     words: Sequence[str], limit: int, meets: Callable[[str], bool]
-) -> list[list[str]]:
+) -> list[list[str]] | None:
     """A command's words after the program with the options that follow its operands moved
     before its first ``p`` operands (``p`` from 0 to ``limit``), each option alone or with
     the word after it as its value: GNU getopt's permutation, values kept with their
@@ -368,11 +368,15 @@ def hoisted_forms(
     place the program's leading options may end (``git -C . push x --repo o``), and with
     no option taking a value, every one, or one that ``meets`` the rule's alone (``git
     push -q x --repo o``). Words from ``--`` on stay last; nothing when no option follows
-    an operand (the plain readings said it). The exec check mirrors this
+    an operand (the plain readings said it). None past the bounds below (the caller reads
+    the command loosely instead). The exec check mirrors this
     (``backends/confined/_execcheck._hoisted_forms``)."""
     forms: list[list[str]] = []
     seen: set[tuple[str, ...]] = set()
-    for start in option_ends(list(words), 0):
+    starts = option_ends(list(words), 0)
+    if len(words) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return None
+    for start in starts:
         head, tail = list(words[:start]), list(words[start:])
         valued = [
             i for i in range(len(tail) - 1)
@@ -380,6 +384,8 @@ def hoisted_forms(
             and not _is_option(tail[i + 1])
         ]  # fmt: skip
         readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        if len(readings) > 2 + _PERMUTED_STARTS:
+            return None
         for takes in readings:
             groups: list[list[str]] = []
             operands: list[str] = []
@@ -435,7 +441,10 @@ def _match_hoisted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     def meets(word: str) -> bool:
         return bool(wanted & flag_letters(word)) or any(option_met(e, word) for e in named)
 
-    for form in hoisted_forms([w.text for w in argv[1:]], len(pattern), meets):
+    forms = hoisted_forms([w.text for w in argv[1:]], len(pattern), meets)
+    if forms is None:
+        return _loose(pattern, command)
+    for form in forms:
         moved = replace(command, argv=(argv[0], *(Word(w) for w in form)))
         r = _match_argv(pattern, moved, True)
         if r is Tri.NO and _past_options(pattern):
@@ -485,14 +494,48 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         return Tri.NO  # another program
     # Past the program's leading options too, every reading (`git -C . push origin -f`: git's
     # own `-C .`, then push's options among its operands), as `_match_past_options`.
+    starts = option_ends([w.text if w.literal else None for w in argv], 1)
+    if len(argv) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return _loose(pattern, command)
     best = Tri.NO
-    for k in option_ends([w.text if w.literal else None for w in argv], 1):
+    for k in starts:
         r = _permuted_from(pattern, command, k)
         if r is Tri.YES:
             return r
         if r is Tri.MAYBE:
             best = Tri.MAYBE
     return best
+
+
+# Past these (a command's words, the places its leading options may end, the options tried
+# alone with their values) the permuted readings cost too much (each is a match per place):
+# the command is read loosely, which may over-match and never under-matches.
+_PERMUTED_WORDS = 48
+_PERMUTED_STARTS = 6
+
+
+def _loose(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The permuted readings of a long command, over-approximated: the pattern's flags met by
+    the union of the command's option words, each option it names by one of them, each
+    other element by some word, in any order. MAYBE at best (never a sure YES)."""
+    argv = command.argv
+    if command.open_tail or not all(w.literal for w in argv[1:]):
+        return Tri.MAYBE
+    texts = [w.text for w in argv[1:]]
+    options = [t for t in texts if _is_option(t)]
+    flags = short_flags(pattern)
+    count = flags[0] if flags else 0
+    if flags and not flags[1] <= {c for o in options for c in flag_letters(o)}:
+        return Tri.NO
+    for element in pattern[1 + count :]:
+        if element == "**":
+            continue
+        if _is_option(element):
+            if not any(option_met(element, o) for o in options):
+                return Tri.NO
+        elif not any(deny_element_matches(element, t) for t in texts):
+            return Tri.NO
+    return Tri.MAYBE
 
 
 def _permuted_from(pattern: tuple[str, ...], command: SimpleCommand, start: int) -> Tri:
