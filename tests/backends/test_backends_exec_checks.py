@@ -1616,3 +1616,187 @@ async def test_a_short_flag_meets_the_long_option_a_rule_names(workspace: Path) 
     assert computed["stdout"].strip() == "NOT-PUSHED", computed
     assert set(denied_rules(computed)) == {"deny:run_shell(git push --force*)"}, computed
     assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control
+
+
+# Options a word computed at run time (or the words xargs appends) may give after the
+# operands: each line removes `d` (and with `*`, every file) if it runs.
+_COMPUTED_OPTION_LINES = (
+    "rm d ${x:--rf}",  # the default value: `rm d -rf`
+    "echo -rf d | xargs rm",  # xargs appends `-rf d`: `rm -rf d`
+    "rm d *",  # the glob meets the file named `-rf`: `rm d -rf d keep`
+    "rm -r d ${x:--f}",  # the last flag computed after the operand
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind"),
+    [pytest.param("local", "ask", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                           reason="")),
+     ("docker", "deny")],
+)  # fmt: skip
+async def test_options_a_computed_word_gives_after_the_operands_meet_the_rule(
+    workspace: Path, request: pytest.FixtureRequest, backend: str, kind: str
+) -> None:
+    """`rm d ${x:--rf}`, `echo -rf d | xargs rm` and `rm d *` beside a file named `-rf` run
+    `rm -rf d` (getopt permutes), but the permuted reading looked at literal words only
+    and an open tail shorter than the pattern was a sure NO: under posture unrestricted each
+    removed `d` past `run_shell(rm -rf*)`, a deny rule on docker (no exec check behind the
+    Gate) and an ask rule on any backend (never enforced at exec). Now a computed word
+    before `--`, or an open tail, may give the options the pattern names: the Gate asks,
+    the approver says no, and `d` stays; the control, `rm plain`, runs unasked."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    for name in ("-rf", "keep", "plain"):
+        (workspace / name).write_text("x\n")
+    chown_like_workspace(
+        workspace, workspace / "d", workspace / "d" / "x", workspace / "-rf",
+        workspace / "keep", workspace / "plain",
+    )  # fmt: skip
+    asked: list[str] = []
+
+    def answer(req: Any) -> ApprovalAnswer:
+        asked.append(req.arguments["command"])
+        return ApprovalAnswer.deny("the test says no")
+
+    rules = Rules(**{kind: ("run_shell(rm -rf*)",)})  # type: ignore[arg-type]
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=rules, posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(answer), backend_options=options,
+    ) as k:  # fmt: skip
+        for line in _COMPUTED_OPTION_LINES:
+            with pytest.raises(Denied):
+                await k.call("run_shell", {"command": line})
+        control = await k.call("run_shell", {"command": "rm plain"})
+    assert asked == list(_COMPUTED_OPTION_LINES), asked
+    assert (workspace / "d" / "x").is_dir() and (workspace / "keep").exists()
+    assert (workspace / "-rf").exists()
+    assert control["exit_code"] == 0 and not (workspace / "plain").exists(), control
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_options_after_the_operands_past_the_programs_own_options_never_start_it(
+    workspace: Path,
+) -> None:
+    """`git -C . push ../b HEAD:main -f` is `git push --force`: git's own `-C .` first, then
+    push's options among its operands. The permuted reading started at the program's
+    first word only and the past-the-options reading did not permute, so under `run_shell(
+    git push --force*)` and posture unrestricted it pushed on `local` (read whole at the
+    Gate, or its flag computed past the exec check), and so did `git -c x.y=1 push … -uf`.
+    Now options among the operands are met from each place the leading options may end,
+    at the Gate and at exec: the bare repository never gets the branch. The control, the
+    same push without the flag, pushes."""
+    deny = ("run_shell(git push --force*)",)
+    check = "; git -C ../b rev-parse -q --verify refs/heads/main || echo NOT-PUSHED"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in (
+            "git -C . push -q ../b HEAD:main -f",
+            "git -C . push -q -u ../b HEAD:main --force",
+        ):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": _FORCE_REPOS + line + check})
+            assert "run_shell(git push --force*)" in refused.value.message, refused.value.message
+        computed = [
+            await k.call("run_shell", {"command": _FORCE_REPOS + line + check})
+            for line in (
+                "f=-f; git -C . push -q ../b HEAD:main $f",
+                "f=-uf; git -c x.y=1 push -q ../b HEAD:main $f",
+                "f=--force; git -C . push -q ../b HEAD:main $f",
+            )
+        ]
+        control = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "git -C . push -q ../b HEAD:main" + check}
+        )
+    for result in computed:
+        assert result["stdout"].strip() == "NOT-PUSHED", result
+        assert set(denied_rules(result)) == {"deny:run_shell(git push --force*)"}, result
+    assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs an ssh client")
+async def test_an_option_and_its_value_after_the_operands_are_that_option(
+    workspace: Path,
+) -> None:
+    """OpenSSH reads its options after the host too: `ssh -F /dev/null x -o
+    ProxyCommand='touch hit-1'` ran the ProxyCommand under `run_shell(ssh -o ProxyCommand*)`
+    and posture unrestricted on `local`, since the permuted reading took the option's value
+    for an operand (and `-oProxyCommand=…` after the host met no reading at all). Now the
+    options after the operands are also read moved before them, each with the word after
+    it as its value, at the Gate and at exec: read whole it is denied, computed it is
+    refused at exec, no hit file appears. The control, another `-o` option, runs ssh."""
+    deny = ("run_shell(ssh -o ProxyCommand*)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in (
+            "ssh -F /dev/null x -o ProxyCommand='touch hit-1'",
+            "ssh -F /dev/null x -v -oProxyCommand='touch hit-2'",
+        ):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert "run_shell(ssh -o ProxyCommand*)" in refused.value.message, refused.value
+        computed = [
+            await k.call("run_shell", {"command": line})
+            for line in (
+                "o=-o; ssh -F /dev/null x $o ProxyCommand='touch hit-3'",
+                'o=-oProxyCommand; ssh -F /dev/null x "$o=touch hit-4"',
+                "o=-o; ssh -F /dev/null -4 x -v $o ProxyCommand='touch hit-5'",
+            )
+        ]
+        control = await k.call(
+            "run_shell", {"command": "ssh -F /dev/null x -o ConnectTimeout=1; echo ran"}
+        )
+    assert not list(workspace.glob("hit-*")), computed
+    for result in computed:
+        assert set(denied_rules(result)) == {"deny:run_shell(ssh -o ProxyCommand*)"}, result
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_an_option_with_its_value_after_the_operands_is_met_past_other_options(
+    workspace: Path,
+) -> None:
+    """The readings above with other options about: `git -C . push -q x --rep origin` (git's
+    own `-C .` first, push's `-q` between `push` and the option, `--rep` abbreviated) was
+    read with `-q x` or `--rep origin` as operands and let through to git under `run_shell(
+    git push --repo origin*)`. Now each option that meets the rule's is read first with
+    its value, past each place the leading options may end: the Gate denies it, naming
+    the rule, and git never starts (no `exec_denied`, no output)."""
+    deny = ("run_shell(git push --repo origin*)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in ("git -C . push -q x --rep origin", "git push -q x --re origin"):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line + "; touch ran"})
+            assert "run_shell(git push --repo origin*)" in refused.value.message, refused.value
+        control = await k.call("run_shell", {"command": "git -C . push x -q origin; touch ran"})
+    assert control["exit_code"] == 0 and (workspace / "ran").exists(), control
+
+
+async def test_a_long_command_with_options_after_its_operands_is_read_loosely(
+    workspace: Path,
+) -> None:
+    """The permuted readings cost a match per place the leading options may end, and per
+    option read with its value: past 48 words (or 6 such places) a command is read loosely
+    instead, which may over-match and never under-matches, at the Gate and at exec.
+    `rm d a1 … a60 -rf` is not let through under `run_shell(rm -rf*)`: `d` stays."""
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    line = "rm d " + " ".join(f"a{n}" for n in range(60)) + " -rf"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=("run_shell(rm -rf*)",)),
+        approver=approve_all(), posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        result = await k.call("run_shell", {"command": line})
+    assert set(denied_rules(result)) == {"deny:run_shell(rm -rf*)"}, result
+    assert (workspace / "d" / "x").is_dir()

@@ -347,7 +347,7 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
         if any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k):
             return True
-        return _permuted(pattern, rest)
+        return _permuted(pattern, rest) or _hoisted(pattern, rest)
     return _tail(pattern, 0, [word, *rest], 0, {}, program=True)
 
 
@@ -421,6 +421,39 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
     the runtime's ``_matchers._match_permuted``, for a pattern ending in ``**``."""
     if len(pattern) < 3 or pattern[-1] != "**":
         return False
+    # past the program's leading options too, every reading (`git -C . push origin -f`)
+    starts = _option_ends(rest)
+    if len(rest) + 1 > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return _loose(pattern, rest)
+    return any(_permuted_from(pattern, rest[k:]) for k in starts)
+
+
+# The runtime's bounds on the permuted readings (``_matchers._PERMUTED_WORDS``, ...): past
+# them a command is read loosely, refused where the runtime's reading is MAYBE.
+_PERMUTED_WORDS = 48
+_PERMUTED_STARTS = 6
+
+
+def _loose(pattern: list[object], rest: list[str]) -> bool:
+    """The runtime's ``_matchers._loose``: flags by their union, each named option by some
+    option word, each other element by some word, in any order (over-matches)."""
+    options = [w for w in rest if _is_option(w)]
+    count, wanted = _leading_flags(pattern)
+    if wanted and not wanted <= {c for o in options for c in _flag_letters(o)}:
+        return False
+    for element in pattern[1 + count :]:
+        if element == "**":
+            continue
+        if _element_is_option(element):
+            if not any(_option_met(element, o) for o in options):
+                return False
+        elif not any(_arg(element, w) for w in rest):
+            return False
+    return True
+
+
+def _permuted_from(pattern: list[object], rest: list[str]) -> bool:
+    """:func:`_permuted` over ``rest`` (the program's leading options already skipped)."""
     options: list[str] = []
     operands: list[str] = []
     ended = False
@@ -443,6 +476,87 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
             return False
     kept = [e for e in tail if not _element_is_option(e)]
     return _tail([pattern[0], *kept], 1, operands, 0, {})
+
+
+def _hoisted_forms(
+    words: list[str], limit: int, named: list[object], wanted: set[str]
+) -> list[list[str]] | None:
+    """The options that follow an operand moved before the first ``p`` operands, each alone
+    or with its value, past each place the leading options may end: the runtime's
+    ``_matchers.hoisted_forms``; an option ``meets`` the rule's when it gives one of the
+    ``wanted`` flags or meets one of its ``named`` options."""
+
+    def meets(word: str) -> bool:
+        return bool(wanted & _flag_letters(word)) or any(_option_met(e, word) for e in named)
+
+    forms: list[list[str]] = []
+    seen: set[tuple[str, ...]] = set()
+    starts = _option_ends(list(words))
+    if len(words) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return None
+    for start in starts:
+        head, tail = list(words[:start]), list(words[start:])
+        valued = [
+            i for i in range(len(tail) - 1)
+            if _is_option(tail[i]) and "=" not in tail[i] and tail[i + 1] != "--"
+            and not _is_option(tail[i + 1])
+        ]  # fmt: skip
+        readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        if len(readings) > 2 + _PERMUTED_STARTS:
+            return None
+        for takes in readings:
+            groups: list[list[str]] = []
+            operands: list[str] = []
+            rest: list[str] = []
+            late = False  # an option after an operand
+            i = 0
+            while i < len(tail):
+                word = tail[i]
+                if word == "--":
+                    rest = tail[i:]
+                    break
+                if not _is_option(word):
+                    operands.append(word)
+                elif i in takes:
+                    late = late or bool(operands)
+                    groups.append([word, tail[i + 1]])
+                    i += 1
+                else:
+                    late = late or bool(operands)
+                    groups.append([word])
+                i += 1
+            if not late:
+                continue
+            # the options that meet the rule's first, the others after them (`-q x` would
+            # stand between `push` and `--repo o`)
+            ordered = [w for g in groups if meets(g[0]) for w in g]
+            ordered += [w for g in groups if not meets(g[0]) for w in g]
+            for p in range(min(len(operands), limit) + 1):
+                form = head + operands[:p] + ordered + operands[p:] + rest
+                if tuple(form) not in seen:
+                    seen.add(tuple(form))
+                    forms.append(form)
+    return forms
+
+
+def _hoisted(pattern: list[object], rest: list[str]) -> bool:
+    """The readings of ``_matches`` over each form with the options, values kept, moved
+    before the operands (``ssh x -o ProxyCommand=…``): the runtime's
+    ``_matchers._match_hoisted``."""
+    if len(pattern) < 3 or pattern[-1] != "**":
+        return False
+    _count, wanted = _leading_flags(pattern)
+    named = [e for e in pattern[1:] if _element_is_option(e)]
+    forms = _hoisted_forms(rest, len(pattern), named, wanted)
+    if forms is None:
+        return _loose(pattern, rest)
+    for form in forms:
+        memo: dict[tuple[int, int], bool] = {}
+        if _tail(pattern, 1, form, 0, memo) or _flags_match(pattern, form):
+            return True
+        if any(_tail(pattern, 1, form, k, memo) for k in _option_ends(form) if k):
+            return True
+    return False
 
 
 def _flags_match(pattern: list[object], rest: list[str]) -> bool:

@@ -353,7 +353,107 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
         r = _match_flags(pattern, command)
     if r is Tri.NO and deny_side:
         r = _match_permuted(pattern, command)
+    if r is Tri.NO and deny_side:
+        r = _match_hoisted(pattern, command)
     return r
+
+
+def hoisted_forms(
+    words: Sequence[str], limit: int, meets: Callable[[str], bool]
+) -> list[list[str]] | None:
+    """A command's words after the program with the options that follow its operands moved
+    before its first ``p`` operands (``p`` from 0 to ``limit``), each option alone or with
+    the word after it as its value: GNU getopt's permutation, values kept with their
+    options (``ssh x -o ProxyCommand=…`` is ``ssh -o ProxyCommand=… x``). Read past each
+    place the program's leading options may end (``git -C . push x --repo o``), and with
+    no option taking a value, every one, or one that ``meets`` the rule's alone (``git
+    push -q x --repo o``). Words from ``--`` on stay last; nothing when no option follows
+    an operand (the plain readings said it). None past the bounds below (the caller reads
+    the command loosely instead). The exec check mirrors this
+    (``backends/confined/_execcheck._hoisted_forms``)."""
+    forms: list[list[str]] = []
+    seen: set[tuple[str, ...]] = set()
+    starts = option_ends(list(words), 0)
+    if len(words) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return None
+    for start in starts:
+        head, tail = list(words[:start]), list(words[start:])
+        valued = [
+            i for i in range(len(tail) - 1)
+            if _is_option(tail[i]) and "=" not in tail[i] and tail[i + 1] != "--"
+            and not _is_option(tail[i + 1])
+        ]  # fmt: skip
+        readings = [set(), set(valued), *({i} for i in valued if meets(tail[i]))]
+        if len(readings) > 2 + _PERMUTED_STARTS:
+            return None
+        for takes in readings:
+            groups: list[list[str]] = []
+            operands: list[str] = []
+            rest: list[str] = []
+            late = False  # an option after an operand
+            i = 0
+            while i < len(tail):
+                word = tail[i]
+                if word == "--":
+                    rest = tail[i:]
+                    break
+                if not _is_option(word):
+                    operands.append(word)
+                elif i in takes:
+                    late = late or bool(operands)
+                    groups.append([word, tail[i + 1]])
+                    i += 1
+                else:
+                    late = late or bool(operands)
+                    groups.append([word])
+                i += 1
+            if not late:
+                continue
+            # the options that meet the rule's first, the others after them (`-q x` would
+            # stand between `push` and `--repo o`)
+            ordered = [w for g in groups if meets(g[0]) for w in g]
+            ordered += [w for g in groups if not meets(g[0]) for w in g]
+            for p in range(min(len(operands), limit) + 1):
+                form = head + operands[:p] + ordered + operands[p:] + rest
+                if tuple(form) not in seen:
+                    seen.add(tuple(form))
+                    forms.append(form)
+    return forms
+
+
+def _match_hoisted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side readings of a command whose options follow its operands, each option
+    with its value moved before them (:func:`hoisted_forms`): `ssh -F f x -o
+    ProxyCommand=…` meets `ssh -o ProxyCommand*`, whose value the set reading of
+    :func:`_match_permuted` took for an operand. Literal words only (a computed word there
+    is :func:`_match_permuted`'s MAYBE)."""
+    if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
+        return Tri.NO
+    argv = command.argv
+    if command.open_tail or not argv or not all(w.literal for w in argv):
+        return Tri.NO
+    if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
+        return Tri.NO  # another program
+    flags = short_flags(pattern)
+    wanted = flags[1] if flags else frozenset()
+    named = [e for e in pattern[1:] if _is_option(e)]
+
+    def meets(word: str) -> bool:
+        return bool(wanted & flag_letters(word)) or any(option_met(e, word) for e in named)
+
+    forms = hoisted_forms([w.text for w in argv[1:]], len(pattern), meets)
+    if forms is None:
+        return _loose(pattern, command)
+    for form in forms:
+        moved = replace(command, argv=(argv[0], *(Word(w) for w in form)))
+        r = _match_argv(pattern, moved, True)
+        if r is Tri.NO and _past_options(pattern):
+            r = _match_past_options(pattern, moved)
+        if r is Tri.NO and short_flags(pattern) is not None:
+            r = _match_flags(pattern, moved)
+        if r is Tri.YES:
+            return r
+    return Tri.NO
 
 
 def option_met(element: str, word: str) -> bool:
@@ -379,42 +479,109 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     --force origin``): the pattern's option elements must each be met by one of the
     command's option words before ``--`` (its leading short flags by their union, as a
     set), and its other elements by the command's other words, in order. Only for a
-    pattern ending in ``**``, which admits the options it does not name; computed words
-    leave it to the other readings."""
+    pattern ending in ``**``, which admits the options it does not name.
+
+    A word computed at run time before ``--`` (``rm d $x``, ``rm d ${x:--rf}``, a glob
+    ``rm d *`` that a file named ``-rf`` meets, bash's ``rm d -{rf,}``) and the words an
+    open tail appends (``echo -rf d | xargs rm``) may be any options: what the literal
+    words leave unmet they could give, so the match is MAYBE there, never NO."""
     if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
         return Tri.NO  # a pattern that admits further words (the unnamed options) alone
-    if command.open_tail:
-        return Tri.NO
     argv = command.argv
-    if not argv or not all(w.literal for w in argv):
-        return Tri.NO
-    if _match_argv((pattern[0], "**"), command, True) is not Tri.YES:
+    if not argv or not argv[0].literal:
+        return Tri.NO  # a computed program name: the plain reading's MAYBE says it
+    if _match_argv((pattern[0], "**"), replace(command, argv=argv[:1]), True) is not Tri.YES:
         return Tri.NO  # another program
+    # Past the program's leading options too, every reading (`git -C . push origin -f`: git's
+    # own `-C .`, then push's options among its operands), as `_match_past_options`.
+    starts = option_ends([w.text if w.literal else None for w in argv], 1)
+    if len(argv) > _PERMUTED_WORDS or len(starts) > _PERMUTED_STARTS:
+        return _loose(pattern, command)
+    best = Tri.NO
+    for k in starts:
+        r = _permuted_from(pattern, command, k)
+        if r is Tri.YES:
+            return r
+        if r is Tri.MAYBE:
+            best = Tri.MAYBE
+    return best
+
+
+# Past these (a command's words, the places its leading options may end, the options tried
+# alone with their values) the permuted readings cost too much (each is a match per place):
+# the command is read loosely, which may over-match and never under-matches.
+_PERMUTED_WORDS = 48
+_PERMUTED_STARTS = 6
+
+
+def _loose(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The permuted readings of a long command, over-approximated: the pattern's flags met by
+    the union of the command's option words, each option it names by one of them, each
+    other element by some word, in any order. MAYBE at best (never a sure YES)."""
+    argv = command.argv
+    if command.open_tail or not all(w.literal for w in argv[1:]):
+        return Tri.MAYBE
+    texts = [w.text for w in argv[1:]]
+    options = [t for t in texts if _is_option(t)]
+    flags = short_flags(pattern)
+    count = flags[0] if flags else 0
+    if flags and not flags[1] <= {c for o in options for c in flag_letters(o)}:
+        return Tri.NO
+    for element in pattern[1 + count :]:
+        if element == "**":
+            continue
+        if _is_option(element):
+            if not any(option_met(element, o) for o in options):
+                return Tri.NO
+        elif not any(deny_element_matches(element, t) for t in texts):
+            return Tri.NO
+    return Tri.MAYBE
+
+
+def _permuted_from(pattern: tuple[str, ...], command: SimpleCommand, start: int) -> Tri:
+    """:func:`_match_permuted` over the words from ``start`` on (those before it the
+    program's leading options and their values, skipped)."""
+    argv = command.argv
     options: list[str] = []
-    operands: list[str] = []
+    operands: list[Word] = []
+    wild = command.open_tail  # words appended at run time, options or operands
     ended = False
-    for word in argv[1:]:
-        if not ended and word.text == "--":
+    for word in argv[start:]:
+        if not word.literal:
+            operands.append(word)  # it may stand for operands ...
+            wild = wild or not ended  # ... or, before `--`, for any options
+        elif not ended and word.text == "--":
             ended = True
         elif not ended and _is_option(word.text):
             options.append(word.text)
         else:
-            operands.append(word.text)
-    if not options:
+            operands.append(word)
+    if not options and not wild:
         return Tri.NO  # the plain reading said it
+    sure = True  # every option the pattern names is met by a literal word
     flags = short_flags(pattern)
     count = flags[0] if flags else 0
     wanted = flags[1] if flags else frozenset()
     have = {c for o in options for c in flag_letters(o)}
     if not wanted <= have:
-        return Tri.NO
+        if not wild:
+            return Tri.NO
+        sure = False
     rest = pattern[1 + count :]
     for element in rest:
         if _is_option(element) and not any(option_met(element, o) for o in options):
-            return Tri.NO
+            if not wild:
+                return Tri.NO
+            sure = False
     kept = (pattern[0], *(e for e in rest if not _is_option(e)))
-    words = (argv[0], *(Word(o) for o in operands))
-    return _match_argv(kept, replace(command, argv=words), True)
+    if wild:  # a computed word may be an option with its value (`ssh x $o` for `-o Proxy…`)
+        values = {
+            i for i in range(2, len(pattern)) if _is_option(pattern[i - 1]) and pattern[i] != "**"
+        }
+        kept = (pattern[0], *(e for i, e in enumerate(pattern[1:], 1) if not
+                              (_is_option(e) or i in values)))  # fmt: skip
+    r = _match_argv(kept, replace(command, argv=(argv[0], *operands)), True)
+    return Tri.MAYBE if r is Tri.YES and not sure else r
 
 
 _GLOB_CHARS = "*?["
@@ -669,9 +836,11 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
             return (
                 Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
             )
-        if len(argv) < len(head):
+        if len(argv) < len(head):  # (an open tail appends words: the slow path counts it)
             return (
-                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+                Tri.NO
+                if all(w.literal for w in argv) and not command.open_tail
+                else _match_slow(pattern, command, deny_side)
             )
         if not head:
             return Tri.YES
