@@ -23,9 +23,10 @@ its name (and any rule or grant that named it).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar
@@ -166,8 +167,19 @@ def filter_names(
     return kept, dropped
 
 
-def _suffix(remote: str, length: int) -> str:
-    return hashlib.sha256(remote.encode("utf-8")).hexdigest()[:length]
+def _tails(remote: str) -> Iterator[str]:
+    """The suffixes a look-alike may get, in order, never one twice and never ending.
+
+    ``_`` and 6, 8, ... 64 hex digits of its name's SHA-256; then ``_<6 digits>_1``,
+    ``_2``, ...: each ends in a number no other has, so a server listing every hash
+    suffix of a tool (which the first ones cannot escape: 30 names) cannot make the
+    search go round forever, as it did (the kernel's loop held for good at connect).
+    """
+    digest = hashlib.sha256(remote.encode("utf-8")).hexdigest()
+    for length in range(6, len(digest) + 1, 2):
+        yield "_" + digest[:length]
+    for n in itertools.count(1):
+        yield f"_{digest[:6]}_{n}"
 
 
 def assign_names(
@@ -198,13 +210,11 @@ def assign_names(
         for remote in members:
             if remote in out:
                 continue
-            length = 6
-            while True:
-                tail = "_" + _suffix(remote, length)
-                candidate = part[: room - len(tail)] + tail
+            # Ends: each tail is new and ``taken`` is finite (at most one try per name taken).
+            for tail in _tails(remote):
+                candidate = part[: max(0, room - len(tail))] + tail
                 if candidate not in taken:
                     break
-                length += 2
             out[remote] = candidate
             taken.add(candidate)
     return {remote: prefix + part for remote, part in out.items()}
