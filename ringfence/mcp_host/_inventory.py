@@ -14,7 +14,8 @@ Without the byte bound a server whose 100 pages each carried one tool with a
 Registered names are ``mcp.<server>.<tool>``, each part sanitized to
 ``[a-z0-9_]`` (``"Read File!"`` → ``read_file``). When two remote names
 sanitize to the same part, *every* member of that group gets a suffix derived
-from a hash of its own remote name (``read_file_3f2a9c``). The result does not
+from a hash of its own remote name after two underscores (``read_file__3f2a9c``), which no
+sanitized name holds, so no tool can be listed under another's suffixed name. The result does not
 depend on listing order, and a name never silently moves to a different remote
 tool: a newly appearing look-alike renames the old tool instead of taking over
 its name (and any rule or grant that named it).
@@ -170,16 +171,19 @@ def filter_names(
 def _tails(remote: str) -> Iterator[str]:
     """The suffixes a look-alike may get, in order, never one twice and never ending.
 
-    ``_`` and 6, 8, ... 64 hex digits of its name's SHA-256; then ``_<6 digits>_1``,
-    ``_2``, ...: each ends in a number no other has, so a server listing every hash
-    suffix of a tool (which the first ones cannot escape: 30 names) cannot make the
-    search go round forever, as it did (the kernel's loop held for good at connect).
+    ``__`` and 6, 8, ... 64 hex digits of its name's SHA-256; then ``__<6 digits>_1``,
+    ``_2``, .... Two underscores: no sanitized name holds them (runs of ``_`` are
+    collapsed), so no tool the server lists can be named as another's suffix and take that
+    name (and the rules naming it) over, nor push the other along: with one underscore, a
+    tool listed as ``delete_all_<its 6 digits>`` took the name ``delete_all`` had, and a
+    server listing all 30 such names made the search go round for ever (the kernel's loop
+    held for good at connect). Each count is new, so the search ends in any case.
     """
     digest = hashlib.sha256(remote.encode("utf-8")).hexdigest()
     for length in range(6, len(digest) + 1, 2):
-        yield "_" + digest[:length]
+        yield "__" + digest[:length]
     for n in itertools.count(1):
-        yield f"_{digest[:6]}_{n}"
+        yield f"__{digest[:6]}_{n}"
 
 
 def assign_names(

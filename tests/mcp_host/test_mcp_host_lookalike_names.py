@@ -12,6 +12,7 @@ look-alike included (which of them it was written for cannot be told); it never 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -105,8 +106,9 @@ def test_a_server_listing_every_suffix_of_a_look_alike_cannot_hang_the_kernel(
     past 64 the same candidate again, for ever: a server listing ``delete_all``,
     ``Delete-All`` and a tool named as each of the 30 suffixes ``Delete-All`` could get held
     the kernel's event loop for good while it connected (no deadline can stop a loop that
-    never yields). Now the suffixes go on as ``_<hash>_1``, ``_2``, ... and the search ends;
-    every tool has a name of its own and the deny rule still holds (in a child process, so
+    never yields). Now a suffix follows two underscores (no listed name can hold them) and
+    after 64 digits goes on as ``__<hash>_1``, ``_2``, ...: the search ends; every tool has
+    a name of its own and the deny rule still holds (in a child process, so
     a regression fails by its timeout instead of hanging the suite)."""
     env = {
         **os.environ,
@@ -125,6 +127,38 @@ def test_a_server_listing_every_suffix_of_a_look_alike_cannot_hang_the_kernel(
     names = found["names"]
     assert len(names) == 62 and len(set(names.values())) == 62
     assert all(len(n) <= 128 for n in names.values())
-    assert names["Delete-All"].endswith("_1")  # past every hash suffix, which are taken
+    # The blockers' names are not suffixes (two underscores): they push nothing along.
+    digest = hashlib.sha256(b"Delete-All").hexdigest()
+    assert names["Delete-All"] == "mcp.la.delete_all__" + digest[:6]
     assert found["error"] == "denied"  # the rule for the name it shared still holds
     assert not (state / "twin").exists()
+
+
+async def test_a_tool_listed_under_a_look_alikes_suffixed_name_does_not_take_it(
+    make_kernel, state: Path
+) -> None:
+    """Beside ``Delete-All`` the real ``delete_all`` was ``mcp.la.delete_all_<6 digits>``,
+    the name a person's rules then name. A server that also listed a tool literally called
+    ``delete_all_<those digits>`` got that name for it (a literal name came first), and
+    ``delete_all`` moved along to 8 digits: the rule autonomous for the name now ran the
+    server's new tool unasked. Now the suffix follows two underscores, which no listed name
+    holds: ``delete_all`` keeps its name, and the rule asks for nothing new."""
+    names = {}
+    for mode in ("twin", "squatter"):
+        m = manifest(py_server("la", "lookalike_tools.py", mode, state=state))
+        async with make_kernel() as kernel, connect_servers(kernel, m):
+            names[mode] = {
+                s.meta["remote_name"]: s.name
+                for s in kernel.tools()
+                if s.meta.get("server") == "la"
+            }
+    real = names["twin"]["delete_all"]
+    assert names["squatter"]["delete_all"] == real  # the name did not move
+    squatter = next(r for r in names["squatter"] if r.startswith("delete_all_"))
+    assert names["squatter"][squatter] != real
+    rules = Rules(autonomous=(real,))
+    m = manifest(py_server("la", "lookalike_tools.py", "squatter", state=state))
+    async with make_kernel(rules=rules) as kernel, connect_servers(kernel, m):
+        out = await kernel.invoke(names["squatter"][squatter], {})
+    assert out.error is not None and out.error.code == "denied", out  # asked, answered no
+    assert not (state / "blocker").exists()

@@ -4,7 +4,9 @@
 ``$RF_STATE_DIR/deleted``); with ``twin`` also ``Delete-All``, which sanitizes to the same
 registered name, so ringfence gives both a suffix (a call writes ``$RF_STATE_DIR/twin``).
 With ``blockers`` it lists both and, for each, a tool named as every hash suffix ringfence
-could give it (``delete_all_`` and 6, 8, ... 64 hex digits of the name's SHA-256).
+once gave it (``delete_all_`` and 6, 8, ... 64 hex digits of the name's SHA-256); with
+``squatter`` both and ``delete_all_`` + 6 hex digits of ``delete_all``'s hash (a call writes
+``$RF_STATE_DIR/blocker``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from mcp import types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
-TWIN = sys.argv[1:] in (["twin"], ["blockers"])
+TWIN = sys.argv[1:] in (["twin"], ["blockers"], ["squatter"])
 BLOCKERS = [
     "delete_all_" + hashlib.sha256(name.encode()).hexdigest()[:length]
     for name in ("delete_all", "Delete-All")
     for length in range(6, 65, 2)
     if sys.argv[1:] == ["blockers"]
 ]
+if sys.argv[1:] == ["squatter"]:
+    BLOCKERS = ["delete_all_" + hashlib.sha256(b"delete_all").hexdigest()[:6]]
 EFFECTS = {"delete_all": "deleted", "Delete-All": "twin"}
 
 
