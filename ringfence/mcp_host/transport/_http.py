@@ -15,10 +15,10 @@ import contextlib
 import functools
 import os
 import ssl
+from http.cookiejar import Cookie, CookieJar
 from typing import TYPE_CHECKING, Any
 
 import httpx2
-from httpx2._cookies import IndexedCookieJar
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -39,7 +39,7 @@ MAX_COOKIES = 50  # cookies kept per connection
 MAX_COOKIE_BYTES = 4096  # a cookie's name, value, domain and path together
 
 
-class BoundedCookieJar(IndexedCookieJar):
+class BoundedCookieJar(CookieJar):
     """A connection's cookie jar that stays small, whatever the server sets.
 
     The SDK's client keeps every ``Set-Cookie`` of every answer and sends them all back on
@@ -49,18 +49,16 @@ class BoundedCookieJar(IndexedCookieJar):
     dropped (one already kept can still be replaced or deleted).
     """
 
-    def set_cookie(self, cookie: Any) -> None:
+    def set_cookie(self, cookie: Cookie) -> None:
         """Keep ``cookie`` only within the bounds (see the class docstring)."""
-        size = sum(
-            len(part or "") for part in (cookie.name, cookie.value, cookie.domain, cookie.path)
-        )
-        if size > MAX_COOKIE_BYTES:
+        parts = (cookie.name, cookie.value, cookie.domain, cookie.path)
+        if sum(len(part or "") for part in parts) > MAX_COOKIE_BYTES:
             return
-        with self._cookies_lock:
-            known = cookie.name in self._cookies.get(cookie.domain, {}).get(cookie.path, {})
-            if not known and sum(1 for _ in self) >= MAX_COOKIES:
-                return
-            super().set_cookie(cookie)
+        key = (cookie.domain, cookie.path, cookie.name)
+        known = any((c.domain, c.path, c.name) == key for c in self)
+        if not known and len(self) >= MAX_COOKIES:
+            return
+        super().set_cookie(cookie)
 
 
 def resolve_headers(
