@@ -14,7 +14,8 @@ Without the byte bound a server whose 100 pages each carried one tool with a
 Registered names are ``mcp.<server>.<tool>``, each part sanitized to
 ``[a-z0-9_]`` (``"Read File!"`` → ``read_file``). When two remote names
 sanitize to the same part, *every* member of that group gets a suffix derived
-from a hash of its own remote name (``read_file_3f2a9c``). The result does not
+from a hash of its own remote name after two underscores (``read_file__3f2a9c``), which no
+sanitized name holds, so no tool can be listed under another's suffixed name. The result does not
 depend on listing order, and a name never silently moves to a different remote
 tool: a newly appearing look-alike renames the old tool instead of taking over
 its name (and any rule or grant that named it).
@@ -23,9 +24,10 @@ its name (and any rule or grant that named it).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar
@@ -166,8 +168,22 @@ def filter_names(
     return kept, dropped
 
 
-def _suffix(remote: str, length: int) -> str:
-    return hashlib.sha256(remote.encode("utf-8")).hexdigest()[:length]
+def _tails(remote: str) -> Iterator[str]:
+    """The suffixes a look-alike may get, in order, never one twice and never ending.
+
+    ``__`` and 6, 8, ... 64 hex digits of its name's SHA-256; then ``__<6 digits>_1``,
+    ``_2``, .... Two underscores: no sanitized name holds them (runs of ``_`` are
+    collapsed), so no tool the server lists can be named as another's suffix and take that
+    name (and the rules naming it) over, nor push the other along: with one underscore, a
+    tool listed as ``delete_all_<its 6 digits>`` took the name ``delete_all`` had, and a
+    server listing all 30 such names made the search go round for ever (the kernel's loop
+    held for good at connect). Each count is new, so the search ends in any case.
+    """
+    digest = hashlib.sha256(remote.encode("utf-8")).hexdigest()
+    for length in range(6, len(digest) + 1, 2):
+        yield "__" + digest[:length]
+    for n in itertools.count(1):
+        yield f"__{digest[:6]}_{n}"
 
 
 def assign_names(
@@ -198,13 +214,11 @@ def assign_names(
         for remote in members:
             if remote in out:
                 continue
-            length = 6
-            while True:
-                tail = "_" + _suffix(remote, length)
-                candidate = part[: room - len(tail)] + tail
+            # Ends: each tail is new and ``taken`` is finite (at most one try per name taken).
+            for tail in _tails(remote):
+                candidate = part[: max(0, room - len(tail))] + tail
                 if candidate not in taken:
                     break
-                length += 2
             out[remote] = candidate
             taken.add(candidate)
     return {remote: prefix + part for remote, part in out.items()}

@@ -13,6 +13,10 @@
   tiny blocks, far under the message limit, would otherwise cost a spool file
   each and a result many times ``max_output_bytes``; the rest are counted
   (``attachments_omitted``, ``links_omitted``), never decoded or written.
+  A trusted server's links (outside its text) are bounded in size too: texts cut
+  to :data:`MAX_LINK_TEXT` characters, all of them together within
+  ``max_output_bytes``; a URI longer than :data:`MAX_URI` (a link's, or a blob
+  attachment's) is not kept (``uri_omitted`` says so).
 - ``structured_content`` is kept (redacted) when it fits the cap, else replaced
   by a note.
 - Every string the server chose reaches the model inside the frame when the
@@ -56,6 +60,8 @@ __all__ = [
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
 MAX_ATTACHMENTS = 64  # attachments kept per result; the rest only counted
 MAX_LINKS = 256  # resource links of a trusted server's result kept as their own key
+MAX_LINK_TEXT = 1024  # characters of a link's name, title, description or MIME type kept
+MAX_URI = 4096  # characters of a link's or an attachment's URI; a longer one is not kept
 # A MIME type the server names is shown outside the frame only when it is this plain.
 _MIME = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}\Z"
@@ -100,7 +106,9 @@ def _attachment(
 ) -> dict[str, Any]:
     plain = mime is not None and _MIME.match(mime) is not None
     out: dict[str, Any] = {"type": kind, "mime_type": mime if plain else "application/octet-stream"}
-    if uri is not None:
+    if uri is not None and len(uri) > MAX_URI:
+        out["uri_omitted"] = f"a URI of {len(uri)} characters, longer than {MAX_URI}"
+    elif uri is not None:
         out["uri"] = ctx.redactor.redact(uri)
     if len(data_b64) > MAX_ATTACHMENT_BYTES * 4 // 3 + 4:
         out["error"] = f"larger than {MAX_ATTACHMENT_BYTES} bytes; not kept"
@@ -141,6 +149,9 @@ class ResultBudget:
 
     attachments: int = MAX_ATTACHMENTS
     links: int = MAX_LINKS
+    # bytes (as JSON) a trusted server's kept links may take together: the result's
+    # max_output_bytes, set at the first link (a trusted server's links are outside its text)
+    link_bytes: int | None = None
 
 
 class _Attachments:
@@ -198,6 +209,35 @@ def _link(block: types.ResourceLink) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _trusted_link(
+    ctx: RenderContext, block: types.ResourceLink, budget: ResultBudget
+) -> dict[str, Any] | None:
+    """A trusted server's link as kept under ``budget`` (None: not kept, only counted).
+
+    Its texts are cut to :data:`MAX_LINK_TEXT` characters; a link whose URI is longer than
+    :data:`MAX_URI` (a cut URI names another resource) or that no longer fits the links'
+    share of ``max_output_bytes`` is not kept, nor is any link after it: a trusted server's
+    links sit beside the capped text, and 100 links of 200 KB each made a 20 MB result.
+    """
+    if budget.links <= 0 or len(str(block.uri)) > MAX_URI:
+        return None
+    link = {k: (v if k == "uri" else _cut(v, MAX_LINK_TEXT)) for k, v in _link(block).items()}
+    link = ctx.redactor.redact_value(link)
+    if budget.link_bytes is None:
+        budget.link_bytes = ctx.max_output_bytes
+    size = len(json.dumps(link, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > budget.link_bytes:
+        budget.link_bytes = 0  # the links after it are not kept either: the order holds
+        return None
+    budget.links -= 1
+    budget.link_bytes -= size
+    return link
+
+
 def _inside_frame(
     texts: list[str], links: list[dict[str, Any]], structured: Any, out: dict[str, Any]
 ) -> None:
@@ -245,12 +285,12 @@ def render_contents(
             elif isinstance(res, types.BlobResourceContents):
                 attachments.add("resource", res.mime_type, res.blob, str(res.uri))
         elif isinstance(block, types.ResourceLink):
-            if ctx.trusted and budget.links <= 0:
-                links_omitted += 1  # untrusted, every link is text in the (capped) frame
-            else:
-                if ctx.trusted:
-                    budget.links -= 1
+            if not ctx.trusted:  # every link is text in the (capped) frame
                 links.append(ctx.redactor.redact_value(_link(block)))
+            elif (link := _trusted_link(ctx, block, budget)) is not None:
+                links.append(link)
+            else:
+                links_omitted += 1
         else:
             kind = getattr(block, "type", type(block).__name__)
             texts.append(f"[unsupported content block {str(kind)[:100]!r}]")

@@ -12,6 +12,11 @@ look-alike included (which of them it was written for cannot be told); it never 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +78,87 @@ async def test_the_rule_applies_as_before_without_a_look_alike(make_kernel, stat
         out = await kernel.invoke("mcp.la.delete_all", {})
         assert out.error is not None and out.error.code == "denied", out
     assert not (state / "deleted").exists()
+
+
+_LIST_NAMES = """
+import json, sys, trio
+from mcp_host_helpers import manifest, py_server
+from ringfence.mcp_host import connect_servers
+from ringfence.runtime import Kernel, Rules
+
+async def main() -> None:
+    m = manifest(py_server("la", "lookalike_tools.py", "blockers"))
+    kernel = Kernel(rules=Rules(deny=("mcp.la.delete_all",), autonomous=("mcp.la.*",)))
+    async with kernel, connect_servers(kernel, m) as cs:
+        assert not cs.failures, cs.failures
+        names = {s.meta["remote_name"]: s.name for s in kernel.tools() if s.meta.get("server") == "la"}
+        out = await kernel.invoke(names["Delete-All"], {})
+        print(json.dumps({"names": names, "error": out.error and out.error.code}))
+
+trio.run(main)
+"""
+
+
+def test_a_server_listing_every_suffix_of_a_look_alike_cannot_hang_the_kernel(
+    state: Path,
+) -> None:
+    """A look-alike's suffix was searched from 6 to 64 hex digits of its name's hash, and
+    past 64 the same candidate again, for ever: a server listing ``delete_all``,
+    ``Delete-All`` and a tool named as each of the 30 suffixes ``Delete-All`` could get held
+    the kernel's event loop for good while it connected (no deadline can stop a loop that
+    never yields). Now a suffix follows two underscores (no listed name can hold them) and
+    after 64 digits goes on as ``__<hash>_1``, ``_2``, ...: the search ends; every tool has
+    a name of its own and the deny rule still holds (in a child process, so
+    a regression fails by its timeout instead of hanging the suite)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        "RF_STATE_DIR": str(state),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _LIST_NAMES],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    names = found["names"]
+    assert len(names) == 62 and len(set(names.values())) == 62
+    assert all(len(n) <= 128 for n in names.values())
+    # The blockers' names are not suffixes (two underscores): they push nothing along.
+    digest = hashlib.sha256(b"Delete-All").hexdigest()
+    assert names["Delete-All"] == "mcp.la.delete_all__" + digest[:6]
+    assert found["error"] == "denied"  # the rule for the name it shared still holds
+    assert not (state / "twin").exists()
+
+
+async def test_a_tool_listed_under_a_look_alikes_suffixed_name_does_not_take_it(
+    make_kernel, state: Path
+) -> None:
+    """Beside ``Delete-All`` the real ``delete_all`` was ``mcp.la.delete_all_<6 digits>``,
+    the name a person's rules then name. A server that also listed a tool literally called
+    ``delete_all_<those digits>`` got that name for it (a literal name came first), and
+    ``delete_all`` moved along to 8 digits: the rule autonomous for the name now ran the
+    server's new tool unasked. Now the suffix follows two underscores, which no listed name
+    holds: ``delete_all`` keeps its name, and the rule asks for nothing new."""
+    names = {}
+    for mode in ("twin", "squatter"):
+        m = manifest(py_server("la", "lookalike_tools.py", mode, state=state))
+        async with make_kernel() as kernel, connect_servers(kernel, m):
+            names[mode] = {
+                s.meta["remote_name"]: s.name
+                for s in kernel.tools()
+                if s.meta.get("server") == "la"
+            }
+    real = names["twin"]["delete_all"]
+    assert names["squatter"]["delete_all"] == real  # the name did not move
+    squatter = next(r for r in names["squatter"] if r.startswith("delete_all_"))
+    assert names["squatter"][squatter] != real
+    rules = Rules(autonomous=(real,))
+    m = manifest(py_server("la", "lookalike_tools.py", "squatter", state=state))
+    async with make_kernel(rules=rules) as kernel, connect_servers(kernel, m):
+        out = await kernel.invoke(names["squatter"][squatter], {})
+    assert out.error is not None and out.error.code == "denied", out  # asked, answered no
+    assert not (state / "blocker").exists()

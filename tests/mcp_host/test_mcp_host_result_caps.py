@@ -95,3 +95,31 @@ async def test_a_servers_attachments_are_bounded_by_the_sessions_spool_quota(
     assert all("spool quota" in a["error"] and "sha256" in a for a in refused)
     folder = tmp_path / "spool" / "attachments"
     assert sum(p.stat().st_size for p in folder.iterdir()) <= quota
+
+
+async def test_a_trusted_servers_fat_links_and_blob_uris_cost_a_bounded_result(
+    make_kernel, state: Path
+) -> None:
+    """A trusted server's links sit beside its capped text, and only their number was bounded:
+    100 links of four 50,000-character texts each made a 20 MB result, and 64 embedded blobs
+    with 100,000-character URIs a 4.2 MB one (``max_output_bytes`` 64 KiB). Now a link's texts
+    are cut, the links together fit ``max_output_bytes``, and a URI past 4,096 characters is
+    not kept (counted, or said in ``uri_omitted``)."""
+    extra = 'trust = "trusted"\n'
+    m = manifest(py_server("many", "many_blocks.py", state=state, extra=extra, reads=("*",)))
+    async with make_kernel() as kernel, connect_servers(kernel, m):
+        huge = await kernel.invoke("mcp.many.fat_links", {"count": 100, "size": 50_000})
+        fat = await kernel.invoke("mcp.many.fat_links", {"count": 200, "size": 3_000})
+        blobs = await kernel.invoke("mcp.many.fat_blob_uris", {"count": 64, "size": 100_000})
+    assert huge.error is None and fat.error is None and blobs.error is None
+    assert len(json.dumps(huge.value)) < 2 * MAX_OUTPUT
+    assert "links" not in huge.value and huge.value["links_omitted"] == 100  # URIs too long
+    assert len(json.dumps(fat.value)) < 2 * MAX_OUTPUT
+    kept = fat.value["links"]
+    assert 0 < len(kept) < 200 and len(kept) + fat.value["links_omitted"] == 200
+    first = kept[0]  # whole URI, texts cut
+    assert first["uri"] == "file:///r/0/" + "u" * 3_000
+    assert len(first["description"]) == 1024 and first["description"].endswith("…")
+    assert len(json.dumps(blobs.value)) < 2 * MAX_OUTPUT
+    assert len(blobs.value["attachments"]) == 64
+    assert all("uri" not in a and "uri_omitted" in a for a in blobs.value["attachments"])

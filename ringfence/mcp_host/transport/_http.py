@@ -4,7 +4,9 @@ Guarantees: header secrets come from the environment variables the manifest
 names (``api_key_env``, ``headers_env``), resolved at connect and registered
 with the redactor; ``trust_env=False``, so no ambient proxy or ``.netrc``
 credentials reach a server; every non-SSE body is bounded by the
-connection's :class:`~._inbound.InboundLimit` (SSE events by the SDK's cap).
+connection's :class:`~._inbound.InboundLimit` (SSE events by the SDK's cap); the cookies a
+server sets are kept in a :class:`BoundedCookieJar` (one per connection, sent back only to
+that server: at most :data:`MAX_COOKIES`, each at most :data:`MAX_COOKIE_BYTES`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import functools
 import os
 import ssl
+from http.cookiejar import Cookie, CookieJar
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -28,7 +31,34 @@ from ._inbound import BoundedTransport, InboundLimit
 if TYPE_CHECKING:
     from ..oauth._tokens import SealedStore
 
-__all__ = ["http_transport", "resolve_headers"]
+__all__ = ["BoundedCookieJar", "http_transport", "resolve_headers"]
+
+# RFC 6265 section 6.1's minimums, which browsers keep to: a server that needs more is not
+# an MCP server (the protocol's session is its Mcp-Session-Id header, not a cookie).
+MAX_COOKIES = 50  # cookies kept per connection
+MAX_COOKIE_BYTES = 4096  # a cookie's name, value, domain and path together
+
+
+class BoundedCookieJar(CookieJar):
+    """A connection's cookie jar that stays small, whatever the server sets.
+
+    The SDK's client keeps every ``Set-Cookie`` of every answer and sends them all back on
+    each request: a server that sets new cookies on each answer made the jar (and the
+    ``Cookie`` header of every request) grow without end, 1.4 MB after 30 calls. A cookie
+    larger than :data:`MAX_COOKIE_BYTES` is dropped; a new one past :data:`MAX_COOKIES` is
+    dropped (one already kept can still be replaced or deleted).
+    """
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        """Keep ``cookie`` only within the bounds (see the class docstring)."""
+        parts = (cookie.name, cookie.value, cookie.domain, cookie.path)
+        if sum(len(part or "") for part in parts) > MAX_COOKIE_BYTES:
+            return
+        key = (cookie.domain, cookie.path, cookie.name)
+        known = any((c.domain, c.path, c.name) == key for c in self)
+        if not known and len(self) >= MAX_COOKIES:
+            return
+        super().set_cookie(cookie)
 
 
 def resolve_headers(
@@ -92,6 +122,7 @@ def http_transport(
             # identity: an honest server sends bodies as they are (BoundedTransport still
             # decodes, bounded, what a server compresses anyway).
             headers={"Accept-Encoding": "identity", **headers},
+            cookies=BoundedCookieJar(),
             timeout=timeout,
             verify=tls_context(),
             trust_env=False,
@@ -107,6 +138,7 @@ def http_transport(
     def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
             headers={"Accept-Encoding": "identity", **(headers or {})},
+            cookies=BoundedCookieJar(),
             timeout=timeout,
             auth=auth,
             verify=tls_context(),

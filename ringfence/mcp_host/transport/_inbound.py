@@ -3,7 +3,8 @@
 Over stdio each line is bounded before it is decoded (:class:`LineReader`);
 over Streamable HTTP a JSON body is bounded while it is read
 (:class:`BoundedTransport`); an SSE event is bounded by the SDK's own
-event-size cap. An oversize *response* whose id can be read from its first or
+event-size cap. The same transport sends a connection's event-stream GETs at most one
+per :data:`MIN_STREAM_INTERVAL`, whatever ``retry:`` the server asks for. An oversize *response* whose id can be read from its first or
 last bytes becomes a synthesized error for that request (marked with a value
 only ringfence knows, so a server cannot forge one); anything else oversize
 closes the connection.
@@ -15,6 +16,7 @@ notes when it ends (what the connection pool asks before it reuses a connection)
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import zlib
 from collections.abc import AsyncIterator
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+import trio
 from anyio.abc import ObjectReceiveStream
 from mcp import types
 from mcp.shared.message import SessionMessage
@@ -29,6 +32,9 @@ from mcp.shared.message import SessionMessage
 from ...runtime._lines import BoundedLines, Oversize, oversize_id
 
 __all__ = ["BoundedTransport", "InboundLimit", "LineReader", "watch_inbound"]
+
+# Seconds between two event-stream GETs of one connection (the SDK's own default wait).
+MIN_STREAM_INTERVAL = 1.0
 
 
 @dataclass
@@ -253,8 +259,24 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
     def __init__(self, inner: httpx2.AsyncBaseTransport, limit: InboundLimit) -> None:
         self._inner = inner
         self._limit = limit
+        self._next_stream: float = -math.inf  # when the next event-stream GET may be sent
+
+    async def _space_stream_opens(self, request: httpx2.Request) -> None:
+        """Hold an event-stream GET until :data:`MIN_STREAM_INTERVAL` after the one before.
+
+        The SDK reopens the server's event stream whenever it ends, waiting what the
+        stream's ``retry:`` field says: a server answering each GET with ``retry: 0`` and
+        an end had the client reconnect at once, for ever (~20 GETs a second, for the whole
+        session). Other requests (calls, OAuth metadata) are never held.
+        """
+        if request.method != "GET" or "text/event-stream" not in request.headers.get("accept", ""):
+            return
+        slot = max(trio.current_time(), self._next_stream)
+        self._next_stream = slot + MIN_STREAM_INTERVAL
+        await trio.sleep_until(slot)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        await self._space_stream_opens(request)
         response = await self._inner.handle_async_request(request)
         codings = [
             c.strip().lower()

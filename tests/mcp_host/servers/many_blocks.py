@@ -2,7 +2,9 @@
 
 ``images`` returns ``count`` image blocks, each a few distinct bytes (so each is its own
 attachment); ``links`` returns ``count`` resource links. Far under the message limit, each
-block costs the client an attachment (a spool file) or a link entry in the result. The
+block costs the client an attachment (a spool file) or a link entry in the result.
+``fat_links`` returns ``count`` links whose name, title, description and URI each hold ``size``
+characters more; ``fat_blob_uris`` ``count`` embedded blobs whose URIs do. The
 prompt ``images`` is ``count`` messages of one such image each, and ``texts`` ``count``
 messages of one short text each (a prompt's blocks come one per message).
 """
@@ -19,14 +21,18 @@ from mcp.server.stdio import stdio_server
 
 warnings.simplefilter("ignore")
 
-_ARGS = {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}
+_ARGS = {
+    "type": "object",
+    "properties": {"count": {"type": "integer"}, "size": {"type": "integer"}},
+    "required": ["count"],
+}
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
     return types.ListToolsResult(
         tools=[
             types.Tool(name=name, description=f"many {name}", input_schema=_ARGS)
-            for name in ("images", "links")
+            for name in ("images", "links", "fat_links", "fat_blob_uris")
         ]
     )
 
@@ -45,6 +51,29 @@ async def call_tool(ctx, params) -> types.CallToolResult:
     elif params.name == "links":
         blocks = [
             types.ResourceLink(type="resource_link", name=f"n{i}", uri=f"file:///r/{i}")
+            for i in range(count)
+        ]
+    elif params.name == "fat_links":
+        size = int((params.arguments or {}).get("size", 0))
+        blocks = [
+            types.ResourceLink(
+                type="resource_link",
+                name=f"n{i}" + "n" * size,
+                title="t" * size,
+                description="d" * size,
+                uri=f"file:///r/{i}/" + "u" * size,
+            )
+            for i in range(count)
+        ]
+    elif params.name == "fat_blob_uris":
+        size = int((params.arguments or {}).get("size", 0))
+        blocks = [
+            types.EmbeddedResource(
+                type="resource",
+                resource=types.BlobResourceContents(
+                    uri=f"file:///b/{i}/" + "u" * size, blob=_image(i).data, mime_type="image/png"
+                ),
+            )
             for i in range(count)
         ]
     else:
