@@ -191,7 +191,7 @@ class ReviewApp:
         elif parts == ["plans"]:
             page = site.plans_page()
         elif parts[0] == "plans" and len(parts) == 2:
-            page = await site.plan_page(parts[1])
+            page = await site.plan_page(parts[1], query)
         elif parts[0] == "jobs" and len(parts) == 2:
             page = site.job_page(parts[1])
         elif parts == ["stream"]:
