@@ -66,6 +66,8 @@ PAGE_ROWS = 100
 PLAN_ROWS = 50
 # The change sets of one staged call (an ``undo`` of a list of ids) drawn with their diffs.
 MAX_CALL_SETS = 20
+# The change sets an Undo's result names one by one (each with its first 50 paths).
+MAX_JOB_SETS = 100
 MAX_DIFF_LINES = 4_000
 MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
@@ -175,13 +177,13 @@ def read_plan(
     confirmed (the loaded plan is still compared with them). A path that cannot be read
     (a directory, a pipe, a device) is InvalidArguments; a missing file is FileNotFoundError.
 
-    ``reuse``: the plan last loaded (and checked) from bytes of this sha256, kept there (one
-    entry): the same bytes are not parsed and checked again (a view of a 128 MiB plan took a
+    ``reuse``: the plan last loaded (and checked) from this path's bytes of this sha256, kept
+    there (one entry): the same bytes are not parsed and checked again (a view of a 128 MiB plan took a
     minute of the page's thread, at every reload). Only for showing a plan, never applying.
     """
     try:
         data = _read_regular(path, MAX_PLAN_BYTES)
-        digest = _digest(data) if reuse is not None else ""
+        digest = f"{path}\0{_digest(data)}" if reuse is not None else ""
         kept = reuse.get(digest) if reuse is not None else None
         if kept is not None:
             return dataclasses.replace(kept, calls=list(kept.calls)), data
@@ -1401,6 +1403,14 @@ class ReviewSite:
         )
         if changed is not None:
             raise PageError(409, f"{changed}: nothing was undone; look again")
+        from ..workspace.changes._undo import MAX_UNDO_IDS
+
+        if len(targets) > MAX_UNDO_IDS:
+            raise PageError(
+                409,
+                f"{len(targets):,} change sets: one undo restores at most {MAX_UNDO_IDS:,}; "
+                "nothing was undone: undo back to a newer set first",
+            )
         items = [
             el(
                 "li",
@@ -1874,13 +1884,22 @@ class ReviewSite:
             )
             job.ok = False
             return
-        for item in outcome.value or []:
+        done = list(outcome.value or [])
+        for item in done[:MAX_JOB_SETS]:
             job.lines.append(
                 (
                     "ok",
                     f"undid {item['undone']} as change set "
                     f"{item['checkpoint']}: "
                     + ", ".join(path_field(p, 200) for p in item["paths"][:50]),
+                )
+            )
+        if len(done) > MAX_JOB_SETS:
+            job.lines.append(
+                (
+                    "ok",
+                    f"… and {len(done) - MAX_JOB_SETS:,} more change sets undone "
+                    "(`ringfence checkpoints list`)",
                 )
             )
         self.touch()

@@ -418,6 +418,8 @@ def _put_back(store: CheckpointStore, planned: ChangeSet, exc: RingfenceError) -
     raise exc
 
 
+# The most change sets one ``undo`` call names (``id`` a list; ``last``'s bound too).
+MAX_UNDO_IDS = 10000
 # A change set's id, as ``undo`` takes it (one, or each of a list).
 _SET_ID: dict[str, Any] = {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"}
 
@@ -495,12 +497,12 @@ def register_undo_tool(
                                 "type": "array",
                                 "items": dict(_SET_ID),
                                 "minItems": 1,
-                                "maxItems": 10000,
+                                "maxItems": MAX_UNDO_IDS,
                                 "uniqueItems": True,
                             },
                         ]
                     },
-                    "last": {"type": "integer", "minimum": 1, "maximum": 10000},
+                    "last": {"type": "integer", "minimum": 1, "maximum": MAX_UNDO_IDS},
                     "force": {"type": "boolean"},
                     "since": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
                 },
