@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,6 +40,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..runtime._errors import RingfenceError
+from ..runtime._render import one_line
 from ._html import Html
 from ._site import PageError, ReviewSite, error_page
 
@@ -180,6 +182,16 @@ class ReviewApp:
             )
             body = error_page(self.site, 409, f"{text}: nothing was done")
             await _respond(send, 409, body.encode(), "text/html; charset=utf-8")
+        except Exception as exc:
+            # A bug: one line on the terminal and the view's 500, not hypercorn's traceback.
+            if started:
+                raise
+            sys.stderr.write(
+                f"ringfence review: unexpected error in {one_line(path[:200])}: "
+                f"{type(exc).__name__}: {one_line(str(exc)[:500])}\n"
+            )
+            body = error_page(self.site, 500, f"unexpected error ({type(exc).__name__})")
+            await _respond(send, 500, body.encode(), "text/html; charset=utf-8")
 
     # -- reading ---------------------------------------------------------------------------
 
