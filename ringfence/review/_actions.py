@@ -12,8 +12,9 @@ What a confirmed action may do is fixed here and nowhere widened:
 
 - answer a question the Gate asked (once, for this session with the
   terminal's patterns, or deny): the approver hands the answer to the Gate;
-- undo change sets: one ``undo`` call per set, through the session's Gate
-  (``kernel.invoke(..., origin="review")``), the code path of ``ringfence undo``;
+- undo change sets: one ``undo`` call over them all (``id`` their list), through the
+  session's Gate (``kernel.invoke(..., origin="review")``), the code path of ``ringfence
+  undo``: one operation in the journal, rolled back whole when killed midway;
 - apply a plan: ``kernel.apply_plan`` (what ``plan apply`` does), bound to the
   plan file's bytes as they were shown, never with ``--rebase-roots`` or
   ``--allow-looser-posture``.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -38,6 +39,8 @@ import trio
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..runtime._errors import RingfenceError
+from ..runtime._render import one_line
 from ._html import Html
 from ._site import PageError, ReviewSite, error_page
 
@@ -145,12 +148,19 @@ class ReviewApp:
         method = scope.get("method", "GET")
         path: str = scope.get("path") or "/"
         client = str((scope.get("client") or ["?"])[0])
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             if method in ("GET", "HEAD"):
-                await self._get(scope, path, receive, send)
+                await self._get(scope, path, receive, sending)
             elif method == "POST":
                 form = await self._checked_form(scope, receive)
-                await self._post(path, form, client, send)
+                await self._post(path, form, client, sending)
             else:
                 raise PageError(405, "only GET and POST")
         except PageError as exc:
@@ -158,6 +168,30 @@ class ReviewApp:
                 self.on_refused(exc.status, exc.text, scope)
             body = error_page(self.site, exc.status, exc.text)
             await _respond(send, exc.status, body.encode(), "text/html; charset=utf-8")
+        except (RingfenceError, OSError) as exc:
+            # What a view reads failing under it (the checkpoint store damaged, unreadable or
+            # busy, a file gone): that view's error, said as the page says any; never a
+            # traceback on the person's terminal and a bare 500 (until 2026-12-07 a store's
+            # `sets` made a file took every change-set view down so).
+            if started:
+                raise
+            text = (
+                f"{exc.code}: {exc.message}"
+                if isinstance(exc, RingfenceError)
+                else f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+            )
+            body = error_page(self.site, 409, f"{text}: nothing was done")
+            await _respond(send, 409, body.encode(), "text/html; charset=utf-8")
+        except Exception as exc:
+            # A bug: one line on the terminal and the view's 500, not hypercorn's traceback.
+            if started:
+                raise
+            sys.stderr.write(
+                f"ringfence review: unexpected error in {one_line(path[:200])}: "
+                f"{type(exc).__name__}: {one_line(str(exc)[:500])}\n"
+            )
+            body = error_page(self.site, 500, f"unexpected error ({type(exc).__name__})")
+            await _respond(send, 500, body.encode(), "text/html; charset=utf-8")
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -191,7 +225,7 @@ class ReviewApp:
         elif parts == ["plans"]:
             page = site.plans_page()
         elif parts[0] == "plans" and len(parts) == 2:
-            page = await site.plan_page(parts[1])
+            page = await site.plan_page(parts[1], query)
         elif parts[0] == "jobs" and len(parts) == 2:
             page = site.job_page(parts[1])
         elif parts == ["stream"]:

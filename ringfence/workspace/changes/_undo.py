@@ -418,6 +418,12 @@ def _put_back(store: CheckpointStore, planned: ChangeSet, exc: RingfenceError) -
     raise exc
 
 
+# The most change sets one ``undo`` call names (``id`` a list; ``last``'s bound too).
+MAX_UNDO_IDS = 10000
+# A change set's id, as ``undo`` takes it (one, or each of a list).
+_SET_ID: dict[str, Any] = {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"}
+
+
 def register_undo_tool(
     kernel: Kernel, store: CheckpointStore, *, atomic_apply: bool = False
 ) -> None:
@@ -452,7 +458,9 @@ def register_undo_tool(
     )
 
     async def run(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
-        ids = [args["id"]] if "id" in args else None
+        given = args.get("id")
+        # One id, or several: undone as one operation (killed midway, rolled back whole).
+        ids = [given] if isinstance(given, str) else list(given) if given is not None else None
         last = args.get("last", None if ids else 1)
         result = await trio.to_thread.run_sync(
             lambda: undo(
@@ -474,15 +482,27 @@ def register_undo_tool(
         ToolSpec(
             "undo",
             "Undo file changes: restore the before-images of change set 'id' (see `ringfence "
-            "checkpoints list`), or of the last 'last' change sets not yet undone (default 1). "
+            "checkpoints list`; a list of ids: those sets, newest first, as one operation), or "
+            "of the last 'last' change sets not yet undone (default 1). "
             "A file that changed since is refused unless 'force'; with 'since' (a change set id), "
             "a newer change set over the same files refuses it, force or not. The undo is "
             "itself a change set, so it can be undone.",
             {
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
-                    "last": {"type": "integer", "minimum": 1, "maximum": 10000},
+                    "id": {
+                        "anyOf": [
+                            dict(_SET_ID),
+                            {
+                                "type": "array",
+                                "items": dict(_SET_ID),
+                                "minItems": 1,
+                                "maxItems": MAX_UNDO_IDS,
+                                "uniqueItems": True,
+                            },
+                        ]
+                    },
+                    "last": {"type": "integer", "minimum": 1, "maximum": MAX_UNDO_IDS},
                     "force": {"type": "boolean"},
                     "since": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
                 },
