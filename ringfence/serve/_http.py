@@ -69,7 +69,6 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
@@ -80,6 +79,7 @@ from ..runtime._errors import InvalidArguments
 from ..runtime._groups import single_error
 from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
+from ._connections import serve_bounded
 from ._defaults import (
     BODY_SECONDS,
     DEFAULT_PORT,
@@ -158,11 +158,11 @@ def host_literal(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def bind_refusal(group: BaseExceptionGroup, bind: str, who: str = "") -> InvalidArguments | None:
-    """A failed bind as the refusal naming the address (a busy port: how to choose another);
-    None when ``group`` is not one OSError (the caller re-raises it). hypercorn binds inside
-    its own nursery, so a bind failure arrives grouped."""
-    failed = single_error(group, OSError)
+def bind_refusal(failure: BaseException, bind: str, who: str = "") -> InvalidArguments | None:
+    """A failed bind (an OSError, or a group of one) as the refusal naming the address (a busy
+    port: how to choose another); None when ``failure`` is not one OSError (the caller
+    re-raises it)."""
+    failed = single_error(failure, OSError) if isinstance(failure, BaseExceptionGroup) else failure
     if not isinstance(failed, OSError):
         return None
     busy = failed.errno == errno.EADDRINUSE
@@ -811,11 +811,19 @@ async def serve_http(
             await trim.tick()
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        # The one worker of ringfence's HTTP servers: each connection's sends take turns (a
+        # client closing mid-body cannot end the server), the SDK's lifespan runs around it.
         try:
-            await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
+            await serve_bounded(
+                guard,
+                config,
+                lifespan=True,
+                shutdown_trigger=shutdown,
+                task_status=task_status,
+            )
             nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
-        except BaseExceptionGroup as group:
-            refusal = bind_refusal(group, config.bind[0])
+        except (OSError, BaseExceptionGroup) as failure:
+            refusal = bind_refusal(failure, config.bind[0])
             if refusal is None:
                 raise
             raise refusal from None
