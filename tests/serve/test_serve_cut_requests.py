@@ -75,3 +75,82 @@ async def test_clients_closing_mid_body_never_end_the_server(workspace: Path, ev
     assert report.ok and report.sealed_sessions == 1, report.problems
     refused = [r for r in records(events) if r["kind"].startswith("serve_refused")]
     assert refused  # the 401s were audited, within the bound
+
+
+def test_a_flood_of_idle_connections_without_the_token_leaves_the_kernel_its_descriptors(
+    workspace: Path, events: Path, tmp_path: Path
+) -> None:
+    """Through the real command under an open-file limit of 128: 300 connections that send
+    half a request line and nothing more, no token, held open. serve held every one (each for
+    its 5 s header deadline, a flood renewing them for ever), so the process ran out of
+    descriptors: accept looped on EMFILE and the kernel could open no file. Now connections
+    are at most the admitted requests' bound plus 16, the oldest never admitted closed first:
+    the process keeps descriptors, and a call made during the flood writes its file."""
+    import json
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx2
+    from serve_helpers import subprocess_env
+    from test_serve_http import MCP_HEADERS, rpc
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "allow-all"]
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env={**os.environ, **subprocess_env()},
+        preexec_fn=limited,
+    )
+    flood: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        announced = json.loads(proc.stdout.readline())["result"]
+        url, token = announced["url"], announced["token"]
+        port = int(url.split(":")[2].split("/")[0])
+        for _ in range(300):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+            conn.sendall(b"POST /mcp HTT")
+            flood.append(conn)
+        assert proc.poll() is None
+        # Connections closed to make room are closed by their own tasks: a moment on a
+        # loaded machine, well within the 5 s the old server held each of them.
+        deadline = time.monotonic() + 3
+        while len(os.listdir(f"/proc/{proc.pid}/fd")) >= 120 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(os.listdir(f"/proc/{proc.pid}/fd")) < 120
+        headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "flood-test", "version": "0"},
+        }
+        with httpx2.Client(timeout=30) as http:
+            response = http.post(url, content=rpc("initialize", init), headers=headers)
+            assert response.status_code == 200, response.text
+            sid = response.headers["mcp-session-id"]
+            session = {**headers, "MCP-Session-Id": sid}
+            http.post(url, content=rpc("notifications/initialized", id=None), headers=session)
+            call = {"name": "write_file", "arguments": {"path": "flood.txt", "content": "x"}}
+            response = http.post(url, content=rpc("tools/call", call, id=3), headers=session)
+        assert "Too many open files" not in response.text, response.text
+        assert (workspace / "flood.txt").read_text() == "x"
+    finally:
+        for conn in flood:
+            conn.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+        stderr.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    said = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in said and "EMFILE" not in said, said[-2000:]
