@@ -5,8 +5,8 @@ no option to widen it; a name is checked again by the address it was bound on), 
 unless one is given, registers it as a secret of the kernel (so no record or
 result can carry it), and serves :class:`._app.PathToken` → ``serve``'s
 ``RequestGuard`` → :class:`._app.ReviewApp`, at most
-:data:`._connections.MAX_CONNECTIONS` connections at once (a flood without the token
-displaces only itself: :mod:`._connections`). It records ``review_started``
+:data:`..serve._connections.MAX_CONNECTIONS` connections at once (a flood without the token
+displaces only itself: :mod:`..serve._connections`). It records ``review_started``
 (address, never the token) and, bounded per window, every refused request
 (``review_refused``, ``review_refused_summary``).
 
@@ -30,10 +30,10 @@ from hypercorn.config import Config
 from ..runtime._errors import InvalidArguments
 from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
+from ..serve._connections import Admitted, ConnectionLimit, serve_bounded
 from ..serve._http import HttpOptions, RefusalAudit, RequestGuard, bind_refusal, host_literal
 from ._app import MAX_FORM_BYTES, PathToken, ReviewApp
 from ._approver import ReviewApprover
-from ._connections import Admitted, ConnectionLimit, serve_bounded
 from ._feed import EventFeed
 from ._site import ReviewSite
 
@@ -99,9 +99,7 @@ async def serve_review(
         try:
             await serve_bounded(PathToken(guard), config, connections, task_status=task_status)
         except OSError as exc:  # the bind
-            refusal = bind_refusal(
-                ExceptionGroup("bind", [exc]), config.bind[0], "the review page "
-            )
+            refusal = bind_refusal(exc, config.bind[0], "the review page ")
             if refusal is None:
                 raise
             raise refusal from None

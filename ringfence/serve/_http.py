@@ -28,6 +28,10 @@ MCP session is created, no body is parsed, no tool is listed or called.
    clients trickling their bodies hold neither a connection nor memory for
    long, however many there are. (Headers are hypercorn's: an unfinished
    request line or header block is cut off at its ``keep_alive_timeout``, 5 s.)
+   Connections are held at most the admitted requests' bound plus
+   :data:`CONNECTION_HEADROOM` at once; beyond it the oldest that never passed
+   these checks is closed (:mod:`._connections`), so idle connections without
+   the token cannot take the descriptors the kernel needs.
 
 Refusals are audited in the event stream at a bounded cost (:class:`RefusalAudit`):
 the first ``per_window`` refusals of each window (default 20 per 60 s) become one
@@ -69,7 +73,6 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
@@ -80,6 +83,7 @@ from ..runtime._errors import InvalidArguments
 from ..runtime._groups import single_error
 from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
+from ._connections import Admitted, ConnectionLimit, serve_bounded
 from ._defaults import (
     BODY_SECONDS,
     DEFAULT_PORT,
@@ -158,11 +162,11 @@ def host_literal(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def bind_refusal(group: BaseExceptionGroup, bind: str, who: str = "") -> InvalidArguments | None:
-    """A failed bind as the refusal naming the address (a busy port: how to choose another);
-    None when ``group`` is not one OSError (the caller re-raises it). hypercorn binds inside
-    its own nursery, so a bind failure arrives grouped."""
-    failed = single_error(group, OSError)
+def bind_refusal(failure: BaseException, bind: str, who: str = "") -> InvalidArguments | None:
+    """A failed bind (an OSError, or a group of one) as the refusal naming the address (a busy
+    port: how to choose another); None when ``failure`` is not one OSError (the caller
+    re-raises it)."""
+    failed = single_error(failure, OSError) if isinstance(failure, BaseExceptionGroup) else failure
     if not isinstance(failed, OSError):
         return None
     busy = failed.errno == errno.EADDRINUSE
@@ -581,6 +585,11 @@ def _too_many_open(limit: int) -> JSONResponse:
     return response
 
 
+# Connections held beyond the admitted requests' bound (open_request_limit): room for new
+# requests to be read and pass the guard (or not) while that many are open.
+CONNECTION_HEADROOM = 16
+
+
 def open_request_limit() -> int:
     """:data:`MAX_OPEN_REQUESTS`, or half this process's open-file limit when that is lower
     (each open request holds a connection: a descriptor the kernel may need)."""
@@ -780,15 +789,20 @@ async def serve_http(
         emit=lambda kind, **data: kernel.events.emit(kind, kernel.session_id, **data),
         clock=trio.current_time,
     )
+    # Connections held at once: the admitted requests' bound and a little room for new ones.
+    # Beyond it a connection that never passed the guard is closed first (a flood of idle
+    # connections without the token took the descriptors the kernel needs: EMFILE).
+    max_open = open_request_limit()
+    connections = ConnectionLimit(limit=max_open + CONNECTION_HEADROOM)
     guard = RequestGuard(
-        app,
+        Admitted(app, connections),
         options.token,
         on_refused=audit.refused,
         sessions=events,
         lifetimes=lifetimes,
         on_request_done=trim.activity,
         body_seconds=options.body_seconds,
-        max_open_requests=open_request_limit(),
+        max_open_requests=max_open,
         max_held_bytes=options.max_held_bytes,
     )
 
@@ -811,11 +825,20 @@ async def serve_http(
             await trim.tick()
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        # The one worker of ringfence's HTTP servers: each connection's sends take turns (a
+        # client closing mid-body cannot end the server), the SDK's lifespan runs around it.
         try:
-            await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
+            await serve_bounded(
+                guard,
+                config,
+                connections,
+                lifespan=True,
+                shutdown_trigger=shutdown,
+                task_status=task_status,
+            )
             nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
-        except BaseExceptionGroup as group:
-            refusal = bind_refusal(group, config.bind[0])
+        except (OSError, BaseExceptionGroup) as failure:
+            refusal = bind_refusal(failure, config.bind[0])
             if refusal is None:
                 raise
             raise refusal from None

@@ -31,8 +31,8 @@ from test_review_attacks import get, stage
 from test_review_bounds import peak_rss_bytes
 from test_review_refusals import write_with_agent
 
-from ringfence.review._connections import MAX_CONNECTIONS
 from ringfence.review._site import MAX_PLAN_BYTES
+from ringfence.serve._connections import MAX_CONNECTIONS
 
 
 def test_a_plan_file_too_large_or_not_a_file_is_refused_without_reading_it(

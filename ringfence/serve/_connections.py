@@ -1,4 +1,16 @@
-"""The review page's connections, bounded: a local flood cannot take the page from the person.
+"""Connections of ringfence's HTTP servers (``serve --transport http``, the review page): one
+worker, each connection's sends taking turns, and (the review page) a bound on their number.
+
+Every accepted connection is served by hypercorn's ``TCPServer`` through :class:`_Heard`, whose
+``send_all`` and ``send_eof`` take turns. hypercorn closes a connection (``send_eof``, which
+holds trio's send side across a checkpoint) while its protocol sends an error answer to a
+request cut off mid-body (a client that declared a large body and closed without sending it,
+answered early with 413 or 401): trio refuses the second with ``BusyResourceError``, which
+hypercorn does not catch there; it went out of the connection's task and ended the whole server
+(any local process, no token needed). :func:`serve_bounded` is the one worker both servers use,
+so neither can be given hypercorn's own (``hypercorn.trio.serve``) by mistake.
+
+The review page's bound on connections:
 
 hypercorn holds every connection it accepts (an idle one for its keep-alive, 5 s), with no
 bound of its own; a local process without the token opening connections faster than they
@@ -12,8 +24,10 @@ displaces itself, never the person's page (its live stream, its keep-alive conne
 request it has sent and the page has not read yet). When every held connection is admitted
 (only a holder of the token can do that) the new one is closed at once.
 
-:func:`serve_bounded` is hypercorn's trio worker (``hypercorn.trio.run.worker_serve``) with
-the bound in front of each connection's ``TCPServer``; the page's app keeps no lifespan state.
+:func:`serve_bounded` is hypercorn's trio worker (``hypercorn.trio.run.worker_serve``: the
+app's lifespan when asked, a shutdown trigger and a graceful drain of ``config.graceful_timeout``)
+with the turn-taking stream, and the bound when given, in front of each connection's
+``TCPServer``.
 """
 
 from __future__ import annotations
@@ -23,14 +37,16 @@ import struct
 import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
-from hypercorn.utils import repr_socket_addr
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["MAX_CONNECTIONS", "Admitted", "ConnectionLimit", "serve_bounded"]
@@ -172,28 +188,88 @@ class Admitted:
 async def serve_bounded(
     app: ASGIApp,
     config: Config,
-    limit: ConnectionLimit,
+    limit: ConnectionLimit | None = None,
     *,
+    lifespan: bool = False,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``config.bind`` (plain HTTP) until cancelled, each connection within
-    ``limit``; ``task_status.started(binds)`` once listening. A bind that fails raises OSError."""
+    """Serve ``app`` on ``config.bind`` (plain HTTP) until ``shutdown_trigger`` returns or it
+    is cancelled; ``task_status.started(binds)`` once listening. A bind that fails raises
+    OSError.
+
+    Each connection's sends take turns (:class:`_Heard`) and, with ``limit``, connections are
+    held within it. ``lifespan``: the app's ASGI lifespan runs around serving (its startup
+    before the first connection is accepted, its shutdown after the drain). On the trigger,
+    no connection is accepted any more, idle keep-alive connections close, and the requests
+    under way have ``config.graceful_timeout`` seconds to finish (hypercorn's own worker)."""
     context = WorkerContext(None)
     wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
     sockets = config.create_sockets()
     listeners = []
     binds = []
-    for sock in sockets.insecure_sockets:
-        sock.listen(config.backlog)
-        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+    try:
+        for sock in sockets.insecure_sockets:
+            sock.listen(config.backlog)
+            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+            binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+        state: dict[str, object] = {}
 
-    async def one(stream: trio.SocketStream) -> None:
-        await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+        async def one(stream: trio.SocketStream) -> None:
+            connection = ConnectionState(state.copy())  # type: ignore[arg-type]
+            await TCPServer(wrapped, config, context, connection, stream)  # type: ignore[arg-type]
 
-    async def accepted(stream: trio.SocketStream) -> None:
-        await limit.handle(stream, one)
+        async def accepted(stream: trio.SocketStream) -> None:
+            if limit is None:
+                await _unbounded(stream, one)
+            else:
+                await limit.handle(stream, one)
 
-    async with trio.open_nursery() as nursery:
-        task_status.started(binds)
-        await trio.serve_listeners(accepted, listeners, handler_nursery=nursery)
+        async with trio.open_nursery() as lifespan_nursery:
+            life = Lifespan(wrapped, config, state) if lifespan else None  # type: ignore[arg-type]
+            if life is not None:
+                await lifespan_nursery.start(life.handle_lifespan)
+                await life.wait_for_startup()
+            async with trio.open_nursery() as server_nursery:
+                task_status.started(binds)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        if shutdown_trigger is not None:
+                            nursery.start_soon(raise_shutdown, shutdown_trigger)
+                        nursery.start_soon(raise_shutdown, context.terminate.wait)
+                        nursery.start_soon(
+                            partial(
+                                trio.serve_listeners,
+                                accepted,
+                                listeners,
+                                handler_nursery=server_nursery,
+                            )
+                        )
+                        await trio.sleep_forever()
+                except BaseExceptionGroup as group:
+                    _, other = group.split(ShutdownError)
+                    if other is not None:
+                        raise other from None
+                finally:
+                    # Idle keep-alive connections close; those under way have the grace.
+                    await context.terminated.set()
+                    grace = trio.current_time() + config.graceful_timeout
+                    server_nursery.cancel_scope.deadline = grace
+            if life is not None:
+                await life.wait_for_shutdown()
+            lifespan_nursery.cancel_scope.cancel()
+    finally:
+        for listener in listeners:
+            listener.socket.close()
+        for sock in sockets.insecure_sockets:
+            sock.close()
+
+
+async def _unbounded(
+    stream: trio.SocketStream, serve: Callable[[trio.SocketStream], Awaitable[None]]
+) -> None:
+    """Serve one accepted connection, its sends taking turns (no bound on their number)."""
+    try:
+        await serve(_Heard(stream, _Held()))  # type: ignore[arg-type]
+    finally:
+        await trio.aclose_forcefully(stream)
