@@ -26,6 +26,7 @@ from tree_helpers import exact_state, git_found
 
 from ringfence.cli._main import main
 from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
+from ringfence.workspace.changes._journal import TURN_WAIT_SECONDS
 from ringfence.workspace.changes._model import Image
 
 
@@ -441,18 +442,26 @@ def test_two_recoveries_at_once_never_roll_a_set_back_twice(
     [store] = (ringfence_home / "checkpoints").iterdir()
     [name] = os.listdir(store / "journal")
     journal = store / "journal" / name
-    second = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=flock",
-         "-e", "inject=flock:delay_enter=3000000:when=1", "-P", str(journal),
-         sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
-        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    err = tmp_path / "second.err"
+    with err.open("wb") as err_file:  # the child keeps its own copy
+        second = subprocess.Popen(
+            ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=flock",
+             "-e", "inject=flock:delay_enter=3000000:when=1", "-P", str(journal),
+             sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
+            env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+            stdout=subprocess.PIPE, stderr=err_file,
+        )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not _holding(journal) and time.monotonic() < deadline:
+        # Longer than a start may wait for the writers' lock (TURN_WAIT_SECONDS): a CI run
+        # once saw no open within 60 s, and one run alone took 52 s (cause not yet found).
+        deadline = time.monotonic() + TURN_WAIT_SECONDS + 60
+        while not _holding(journal) and second.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _holding(journal), "the second recovery never opened the journal"
+        assert _holding(journal), (
+            "the second recovery never opened the journal",
+            second.poll(),
+            err.read_text(errors="replace")[-2000:],
+        )
         assert main(["recover", "--workspace", str(root), "--json"]) == 0  # the first
         sets = json.loads(capsys.readouterr().out)["result"]["sets"]
         if not sets:
